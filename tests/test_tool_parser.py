@@ -1,0 +1,52 @@
+import json
+
+from sao_gym.agents.tool_parser import parse_tool_calls
+
+TOOLS = [
+    {"type": "function", "function": {"name": "calculator", "parameters": {
+        "type": "object", "properties": {"expression": {"type": "string"}},
+        "required": ["expression"]}}},
+    {"type": "function", "function": {"name": "submit", "parameters": {
+        "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}},
+]
+
+
+def _fn(calls, i=0):
+    return calls[i]["function"]["name"], calls[i]["function"]["arguments"]
+
+
+def test_hermes_blocks():
+    text = ('Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": '
+            '{"expression": "2+3"}}\n</tool_call>\n<tool_call>{"name": "submit", '
+            '"arguments": {"answer": "5"}}</tool_call>')
+    content, calls = parse_tool_calls(text, TOOLS, id_prefix="t1_")
+    assert content == "Let me compute."
+    assert [c["id"] for c in calls] == ["t1_0", "t1_1"]
+    assert _fn(calls) == ("calculator", json.dumps({"expression": "2+3"}))
+    assert json.loads(_fn(calls, 1)[1]) == {"answer": "5"}
+
+
+def test_broken_and_unclosed_blocks_still_become_calls():
+    content, calls = parse_tool_calls('<tool_call>{"name": "submit", "arguments": {"ans')
+    assert content == "" and _fn(calls) == ("submit", '{"name": "submit", "arguments": {"ans')
+    content, calls = parse_tool_calls("hi <tool_call>garbage</tool_call> there")
+    assert content == "hi  there" and _fn(calls) == ("", "garbage")
+    _, calls = parse_tool_calls('<tool_call>{"name": "x", "parameters": {"a": 1}}</tool_call>')
+    assert _fn(calls) == ("x", '{"a": 1}')
+
+
+def test_plain_text_fallback():
+    content, calls = parse_tool_calls("I will submit.\nsubmit(42)", TOOLS)
+    assert content == "I will submit." and _fn(calls) == ("submit", '{"answer": "42"}')
+    _, calls = parse_tool_calls("calculator((1+2)*3)", TOOLS)
+    assert _fn(calls) == ("calculator", '{"expression": "(1+2)*3"}')
+    _, calls = parse_tool_calls('submit("7")', TOOLS)
+    assert json.loads(_fn(calls)[1]) == {"answer": "7"}
+    _, calls = parse_tool_calls('{"name": "submit", "arguments": {"answer": "3"}}', TOOLS)
+    assert json.loads(_fn(calls)[1]) == {"answer": "3"}
+
+
+def test_no_fallback_without_tools_or_for_unknown_names():
+    assert parse_tool_calls("submit(42)") == ("submit(42)", [])
+    assert parse_tool_calls("launch(42)", TOOLS) == ("launch(42)", [])
+    assert parse_tool_calls('{"name": "nope"}', TOOLS)[1] == []
