@@ -98,16 +98,17 @@ class LLMAgent:
 
     async def act(self) -> Message:
         """Sample the next assistant turn and parse its tool calls."""
-        if self._pending:
-            self._append_observation(self._encode(self._observation_delta(self._pending)))
-            self._pending = []
+        delta = self._encode(self._observation_delta(self._pending)) if self._pending else []
         budget = self.max_new_tokens
         if self.max_context_tokens is not None:
-            budget = min(budget, self.max_context_tokens - len(self._ids))
+            budget = min(budget, self.max_context_tokens - len(self._ids) - len(delta))
             if budget < 1:
                 raise ContextExhausted(
-                    f"{len(self._ids)} tokens used of max_context_tokens={self.max_context_tokens}"
+                    f"{len(self._ids)} tokens used and {len(delta)} to observe, "
+                    f"of max_context_tokens={self.max_context_tokens}"
                 )
+        self._append_observation(delta)
+        self._pending = []
         seed = None if self.seed is None else self.seed * 100_003 + self._turn
         params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed)
         gen = await self.backend.generate(list(self._ids), params)

