@@ -27,8 +27,11 @@ ENV_ID = "sao_gym/Arithmetic-v0"
 
 def run_demo(out_dir: Path, *, episodes: int = 16, concurrency: int = 16) -> dict[str, Any]:
     """Run the demo; write ``rollouts.jsonl`` and ``summary.json`` under ``out_dir``."""
+    from transformers.utils import logging as hf_logging
+
     from sao_gym.models import tiny_model
 
+    hf_logging.disable_progress_bar()
     out_dir.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
     console.print(f"[bold]sao_gym demo[/]: tiny model on {ENV_ID}, {episodes} episodes")

@@ -10,6 +10,7 @@ it was, instead of propagating into the training loop. Cancellation
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 from sao_gym.core import Agent, AgentEnv, AgentWrapper, ContextExhausted
@@ -28,35 +29,30 @@ async def run_episode(
     """Play one episode of ``agent`` in ``env`` and return its token-exact record."""
     obs, info = await env.areset(seed=seed, options=options)
     agent.reset(obs, info)
-    total, turns, terminated, truncated, stop = 0.0, 0, False, False, None
-    final_obs: list[Message] = []
-    components: dict[str, float] = {}
-    while stop is None:
+    ep = _Episode()
+    while ep.stop is None:
         try:
             action = await agent.act()
         except ContextExhausted:
-            truncated, stop = True, StopReason.MAX_TOKENS
+            ep.end(StopReason.MAX_TOKENS, truncated=True)
             break
         except Exception:
             logger.exception("agent failed; the episode is marked as an infra failure")
-            stop = StopReason.AGENT_ERROR
+            ep.end(StopReason.AGENT_ERROR)
             break
         try:
             obs, reward, terminated, truncated, info = await env.astep(action)
         except Exception:
             logger.exception("environment failed; the episode is marked as an infra failure")
-            stop = StopReason.ENV_ERROR
+            ep.end(StopReason.ENV_ERROR)
             break
-        total, turns = total + reward, turns + 1
-        for k, v in (info.get("reward_components") or {}).items():
-            components[f"reward/{k}"] = float(v)
+        ep.record(reward, info)
         if terminated or truncated:
-            final_obs = obs
-            stop = _stop_reason(terminated, info)
+            ep.final_obs = obs
+            ep.end(_stop_reason(terminated, info), terminated=terminated, truncated=truncated)
         else:
             agent.observe(obs)
-    return _build_rollout(env, agent, seed, total, turns, terminated, truncated, stop,
-                          final_obs, {**components, **(info.get("metrics") or {})}, info)
+    return ep.rollout(env, agent, seed)
 
 
 def _stop_reason(terminated: bool, info: dict[str, Any]) -> StopReason:
@@ -65,32 +61,56 @@ def _stop_reason(terminated: bool, info: dict[str, Any]) -> StopReason:
     return StopReason.TERMINATED if terminated else StopReason.TRUNCATED
 
 
-def _build_rollout(env, agent, seed, total, turns, terminated, truncated, stop,
-                   final_obs, metrics, info) -> Rollout:
-    traj = agent.trajectory()
-    infra = stop in (StopReason.ENV_ERROR, StopReason.AGENT_ERROR) or bool(
-        info.get("infra_failure", False)
-    )
-    task = getattr(env.unwrapped, "task", None) or {}
-    spec = env.unwrapped.spec
-    return Rollout(
-        token_ids=list(traj.token_ids),
-        loss_mask=list(traj.loss_mask),
-        rollout_logprobs=list(traj.logprobs),
-        policy_versions=list(traj.policy_versions),
-        reward=float(total),
-        terminated=bool(terminated) and not infra,
-        truncated=bool(truncated) and not infra,
-        stop_reason=stop,
-        infra_failure=infra,
-        messages=[*traj.messages, *final_obs],
-        env_id=spec.id if spec is not None else "",
-        task_id=str(task.get("id", "")),
-        seed=seed,
-        metrics={
-            "turns": float(turns),
-            "action_tokens": float(sum(traj.loss_mask)),
-            "total_tokens": float(len(traj.token_ids)),
-            **{k: float(v) for k, v in metrics.items()},
-        },
-    )
+@dataclass
+class _Episode:
+    """What the loop accumulates besides the agent's own trajectory."""
+
+    total: float = 0.0
+    turns: int = 0
+    terminated: bool = False
+    truncated: bool = False
+    infra_failure: bool = False
+    stop: StopReason | None = None
+    final_obs: list[Message] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def record(self, reward: float, info: dict[str, Any]) -> None:
+        self.total += reward
+        self.turns += 1
+        for k, v in (info.get("reward_components") or {}).items():
+            self.metrics[f"reward/{k}"] = float(v)
+        self.metrics.update({k: float(v) for k, v in (info.get("metrics") or {}).items()})
+        self.infra_failure |= bool(info.get("infra_failure", False))
+
+    def end(self, stop: StopReason, *, terminated: bool = False, truncated: bool = False) -> None:
+        self.stop = stop
+        self.infra_failure |= stop in (StopReason.ENV_ERROR, StopReason.AGENT_ERROR)
+        self.terminated = terminated and not self.infra_failure
+        self.truncated = truncated and not self.infra_failure
+
+    def rollout(self, env: AgentEnv | AgentWrapper, agent: Agent, seed: int | None) -> Rollout:
+        traj = agent.trajectory()
+        task = getattr(env.unwrapped, "task", None) or {}
+        spec = env.unwrapped.spec
+        assert self.stop is not None
+        return Rollout(
+            token_ids=list(traj.token_ids),
+            loss_mask=list(traj.loss_mask),
+            rollout_logprobs=list(traj.logprobs),
+            policy_versions=list(traj.policy_versions),
+            reward=float(self.total),
+            terminated=self.terminated,
+            truncated=self.truncated,
+            stop_reason=self.stop,
+            infra_failure=self.infra_failure,
+            messages=[*traj.messages, *self.final_obs],
+            env_id=spec.id if spec is not None else "",
+            task_id=str(task.get("id", "")),
+            seed=seed,
+            metrics={
+                "turns": float(self.turns),
+                "action_tokens": float(sum(traj.loss_mask)),
+                "total_tokens": float(len(traj.token_ids)),
+                **self.metrics,
+            },
+        )

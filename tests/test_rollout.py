@@ -73,3 +73,16 @@ async def test_run_episodes_concurrently_in_seed_order():
     assert [r.seed for r in rollouts] == list(range(100, 112)) and len(seen) == 12
     s = EpisodeSummary.of(rollouts)
     assert s.episodes == 12 and s.infra_failures == 0 and 1 <= s.turns_mean <= 8
+
+
+async def test_env_reported_infra_failure_is_excluded():
+    from tests.helpers import EchoEnv
+
+    class Flaky(EchoEnv):
+        async def on_step(self, action):
+            return ([{"role": "user", "content": "sandbox lost"}], 0.0, True, False,
+                    {"infra_failure": True})
+
+    r = await sao_gym.run_episode(Flaky(), ScriptedAgent(["x"]))
+    assert r.infra_failure and not r.terminated and r.reward == 0.0
+    assert r.messages[-1]["content"] == "sandbox lost"

@@ -49,7 +49,7 @@ class ModelRunner:
         cache = DynamicCache(config=self.config)
         if any(type(layer) is not DynamicLayer for layer in cache.layers):
             kinds = sorted({type(layer).__name__ for layer in cache.layers})
-            raise NotImplementedError(
+            raise ValueError(
                 f"HFBackend supports full-attention models only; cache layers: {kinds}"
             )
         return cache
