@@ -1,0 +1,112 @@
+"""Turning rollouts into padded micro-batches under a token budget.
+
+Rollouts of very different lengths are grouped by length (longest first) so
+that each micro-batch's padded size ``rows * longest_row`` stays within
+``max_tokens``; the learner accumulates gradients over micro-batches instead
+of padding a whole batch to its longest rollout. A rollout longer than the
+budget gets a micro-batch of its own.
+
+Tensors follow the token layout of :class:`~sao_gym.types.Rollout`: position
+``t`` holds token ``t``, its action mask, its sampler logprob and the reward
+placed on it (the episode's reward sits on its last action token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sao_gym.types import Rollout
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Right-padded tensors of some rollouts of a batch."""
+
+    indices: list[int]
+    """Positions of these rollouts in the batch."""
+    input_ids_BT: torch.Tensor
+    attention_mask_BT: torch.Tensor
+    action_mask_BT: torch.Tensor
+    """1.0 on action tokens (``Rollout.loss_mask``), else 0.0."""
+    rollout_logprobs_BT: torch.Tensor
+    rewards_BT: torch.Tensor
+    """The episode's reward on its last action token, 0 elsewhere."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (unpadded) tokens in the micro-batch."""
+        return int(self.attention_mask_BT.sum())
+
+
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group indices so that ``len(group) * max(length in group) <= max_tokens``.
+
+    Longest first, so groups hold rollouts of similar lengths; every index
+    appears exactly once; an over-long rollout forms its own group.
+    """
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def collate(rollouts: Sequence[Rollout], indices: list[int], pad_id: int = 0) -> MicroBatch:
+    """Right-pad ``rollouts[i] for i in indices`` into a :class:`MicroBatch`."""
+    rows = [rollouts[i] for i in indices]
+    T = max(len(r.token_ids) for r in rows)
+    B = len(rows)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    action = torch.zeros((B, T))
+    logp = torch.zeros((B, T))
+    rewards = torch.zeros((B, T))
+    for b, r in enumerate(rows):
+        n = len(r.token_ids)
+        if n == 0 or not any(r.loss_mask):
+            raise ValueError(f"rollout {indices[b]} has no action tokens to train on")
+        ids[b, :n] = torch.tensor(r.token_ids)
+        attn[b, :n] = 1
+        action[b, :n] = torch.tensor(r.loss_mask, dtype=torch.float32)
+        logp[b, :n] = torch.tensor(r.rollout_logprobs, dtype=torch.float32)
+        last = n - 1 - r.loss_mask[::-1].index(1)
+        rewards[b, last] = r.reward
+    return MicroBatch(indices, ids, attn, action, logp, rewards)
+
+
+def micro_batches(
+    rollouts: Sequence[Rollout], max_tokens: int, pad_id: int = 0
+) -> list[MicroBatch]:
+    """Plan and collate micro-batches of ``rollouts`` under ``max_tokens``."""
+    plan = plan_micro_batches([len(r.token_ids) for r in rollouts], max_tokens)
+    return [collate(rollouts, group, pad_id) for group in plan]
+
+
+def token_logprobs(logits_BTV: torch.Tensor, input_ids_BT: torch.Tensor) -> torch.Tensor:
+    """``out[b, t] = log p(token t | tokens < t)``, differentiable; position 0 gets 0."""
+    B, T, V = logits_BTV.shape
+    nll = F.cross_entropy(
+        logits_BTV[:, :-1].reshape(-1, V).float(), input_ids_BT[:, 1:].reshape(-1),
+        reduction="none",
+    )
+    return F.pad(-nll.view(B, T - 1), (1, 0))
+
+
+@torch.no_grad()
+def mean_entropy(logits_BTV: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Mean entropy of the next-token distributions that produced the masked tokens."""
+    sel = mask_BT[:, 1:] > 0
+    logits_NV = logits_BTV[:, :-1][sel].float()
+    if logits_NV.numel() == 0:
+        return logits_BTV.new_zeros(())
+    logp_NV = torch.log_softmax(logits_NV, dim=-1)
+    return -(logp_NV.exp() * logp_NV).sum(-1).mean()
