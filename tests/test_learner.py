@@ -238,3 +238,19 @@ def test_pretrain_critic_raises_explained_variance(tiny_model_path):
     ev = learner.pretrain_critic(rollouts, 25)
     assert ev[-1] > max(ev[0], 0.3)
     assert learner.policy_version == 0
+
+
+def test_saved_models_reload_for_serving_and_training(tiny_model_path, tmp_path):
+    from sao_gym.models import load_policy
+
+    a = build_learner("sao", tiny_model_path, LearnerConfig(lr=1e-3, critic_warmup_steps=0))
+    rollouts = _batch(a.policy, 4, seed=2)
+    a.update(rollouts)
+    a.save_models(tmp_path / "ckpt")
+    policy, tok = load_policy(str(tmp_path / "ckpt" / "policy"))
+    assert all(torch.equal(p, policy.state_dict()[n]) for n, p in a.policy.state_dict().items())
+    assert tok.chat_template is not None
+    b = build_learner("sao", str(tmp_path / "ckpt" / "policy"),
+                      critic_path=str(tmp_path / "ckpt" / "critic"))
+    ids = torch.tensor([rollouts[0].token_ids])
+    assert torch.allclose(a.critic(ids, torch.ones_like(ids)), b.critic(ids, torch.ones_like(ids)))

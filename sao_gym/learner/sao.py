@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -146,8 +148,9 @@ class Learner:
     """Trains a policy (and a critic, if the algorithm has one) from rollouts."""
 
     def __init__(self, algorithm: str, policy: torch.nn.Module, critic: ValueModel | None,
-                 config: LearnerConfig, pad_id: int = 0):
+                 config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None):
         self.algorithm = algorithm
+        self.tokenizer = tokenizer
         self.config = config
         self.policy = policy
         self.critic = critic
@@ -355,6 +358,19 @@ class Learner:
         return history
 
     # ----- checkpoints -----
+    def save_models(self, path: str | os.PathLike[str]) -> None:
+        """Write ``path/policy`` (HF format, with the tokenizer) and ``path/critic``.
+
+        ``path/policy`` can be served (``HFBackend``) or trained on; pass
+        ``critic_path=path/"critic"`` to :func:`build_learner` to reuse the critic.
+        """
+        path = Path(path)
+        self.policy.save_pretrained(str(path / "policy"))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(path / "policy"))
+        if self.critic is not None:
+            self.critic.save_pretrained(path / "critic")
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: models, optimizers, counters, baseline, RNG.
 
@@ -405,9 +421,13 @@ def _explained_variance(values, returns, mbs) -> float:
     return float(adv_lib.explained_variance(v[None], r[None], mask[None]))
 
 
-def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None = None
-                  ) -> Learner:
-    """Load the policy (and critic, for ``sao``/``vapo``) from ``policy_path``."""
+def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None = None,
+                  *, critic_path: str | None = None) -> Learner:
+    """Load the policy (and critic, for ``sao``/``vapo``) from ``policy_path``.
+
+    The critic starts from the policy checkpoint with a fresh head, or from a
+    critic saved by :meth:`Learner.save_models` (``critic_path``).
+    """
     from sao_gym.models import load_policy
 
     if algorithm not in ALGORITHMS:
@@ -417,8 +437,9 @@ def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None
     policy, tokenizer = load_policy(policy_path, device=config.device, dtype=config.dtype)
     critic = None
     if algorithm in _CRITIC:
-        critic = ValueModel.from_pretrained(policy_path, freeze=config.critic_freeze,
+        critic = ValueModel.from_pretrained(critic_path or policy_path,
+                                            freeze=config.critic_freeze,
                                             dtype=getattr(torch, config.dtype),
                                             device=config.device, seed=config.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Learner(algorithm, policy, critic, config, pad_id=pad)
+    return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer)
