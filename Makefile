@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 SUDO_APT := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
-DEB_PACKAGES := bubblewrap coq docker.io
+DEB_PACKAGES := bubblewrap coq docker.io debootstrap
 
 .PHONY: demo test lint venv deb-packages clean
 
@@ -27,13 +27,15 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 
 venv: $(VENV)/.installed
 
-# Debian packages later parts need (sandbox, proof checker, docker engine).
+# Debian packages later parts need (sandbox, proof checker, docker engine and
+# debootstrap, which builds the DockerSandbox image offline).
 deb-packages:
 ifeq ($(SUDO_APT),yes)
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v coqc >/dev/null || missing="$$missing coq"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -45,9 +47,16 @@ endif
 demo: venv
 	$(VENV)/bin/sao-gym demo
 
+# As root, .ci/dockerd.sh starts a Docker daemon when none runs (no host
+# networking changes), the sandbox image is built offline, and the daemon is
+# stopped afterwards, also when tests fail. Otherwise the Docker tests skip.
 test: venv deb-packages
 	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
-	$(PY) -m pytest -q -ra
+	@bash .ci/dockerd.sh start
+	@status=0; \
+	bash .ci/dockerd.sh build-image $(VENV)/bin/sao-gym sandbox build-image || status=$$?; \
+	if [ $$status = 0 ]; then $(PY) -m pytest -q -ra || status=$$?; fi; \
+	bash .ci/dockerd.sh stop; exit $$status
 
 lint: venv
 	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples

@@ -5,6 +5,8 @@ Subcommands:
     check ENV_ID [--episodes N]
                               run the conformance checks and N random episodes
     demo                      evaluate the embedded tiny model on Arithmetic
+    sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
+                              build the DockerSandbox image offline (root)
 """
 
 from __future__ import annotations
@@ -67,6 +69,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
+    from sao_gym.sandbox.base import SandboxUnavailable
+    from sao_gym.sandbox.image import build_image
+
+    packages = [p.strip() for p in args.extra_packages.split(",") if p.strip()]
+    try:
+        image_id = build_image(args.tag, extra_packages=packages, rebuild=args.rebuild)
+    except (SandboxUnavailable, RuntimeError, ValueError) as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    print(f"{args.tag} {image_id}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sao-gym``."""
     parser = argparse.ArgumentParser(prog="sao-gym", description=__doc__,
@@ -84,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--episodes", type=int, default=16)
     demo.add_argument("--concurrency", type=int, default=16)
     demo.set_defaults(fn=_cmd_demo)
+    sandbox = sub.add_parser("sandbox", help="sandbox maintenance")
+    sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    build = sandbox_sub.add_parser("build-image", help="build the DockerSandbox image offline "
+                                   "(debootstrap + docker import; needs root and a daemon)")
+    build.add_argument("--tag", default="sao-gym-sandbox:latest")
+    build.add_argument("--extra-packages", default="", help="comma-separated Debian packages")
+    build.add_argument("--rebuild", action="store_true", help="rebuild when the tag exists")
+    build.set_defaults(fn=_cmd_sandbox_build_image)
     return parser
 
 
