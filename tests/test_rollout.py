@@ -86,3 +86,19 @@ async def test_env_reported_infra_failure_is_excluded():
     r = await sao_gym.run_episode(Flaky(), ScriptedAgent(["x"]))
     assert r.infra_failure and not r.terminated and r.reward == 0.0
     assert r.messages[-1]["content"] == "sandbox lost"
+
+
+async def test_sandbox_failure_in_a_tool_marks_an_infra_failure():
+    from sao_gym.sandbox import SandboxCrashed
+    from sao_gym.tools import ToolEnv, tool
+
+    class Code(ToolEnv):
+        async def on_reset(self, options):
+            return [{"role": "user", "content": "run it"}], {}
+
+        @tool(description="Run.", parameters={"type": "object", "properties": {}})
+        async def run(self):
+            raise SandboxCrashed("container died")
+
+    r = await sao_gym.run_episode(Code(), ScriptedAgent([calls_msg(call("run"))]))
+    assert r.infra_failure and r.stop_reason is StopReason.ENV_ERROR
