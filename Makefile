@@ -45,7 +45,7 @@ else
 endif
 
 demo: venv
-	$(VENV)/bin/sao-gym demo
+	$(VENV)/bin/sao-gym train
 
 # As root, .ci/dockerd.sh starts a Docker daemon when none runs (no host
 # networking changes), the sandbox image is built offline, and the daemon is

@@ -4,7 +4,12 @@ Subcommands:
     envs                      list registered environment ids
     check ENV_ID [--episodes N]
                               run the conformance checks and N random episodes
-    demo                      evaluate the embedded tiny model on Arithmetic
+    train [CONFIG.yaml] [--set key=value ...] [--out RUN_DIR] [--resume RUN_DIR]
+                              train (no config: the embedded default main job)
+    eval (--run RUN_DIR | --model PATH) [--env ID] [--episodes N]
+                              success rate, mean return and turns, as JSON
+    plot RUN_DIR [--compare RUN_DIR2 ...] [--out DIR] [--smooth W]
+                              write PNG learning curves of runs' metrics.jsonl
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
 """
@@ -61,11 +66,103 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from sao_gym.demo import run_demo
+def _cmd_train(args: argparse.Namespace) -> int:
+    import time
 
-    summary = run_demo(Path(args.out), episodes=args.episodes, concurrency=args.concurrency)
-    print(json.dumps(summary, indent=2))
+    from rich.console import Console
+
+    from sao_gym.progress import ProgressDisplay
+    from sao_gym.runtime.config import ConfigError, load_config
+    from sao_gym.runtime.main import train
+
+    console = Console(stderr=True)
+    try:
+        if args.resume:
+            run_dir = Path(args.resume)
+            if not (run_dir / "config.yaml").is_file():
+                raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+            if args.config:
+                raise ConfigError("--resume takes its config from the run dir; drop CONFIG")
+            config = load_config(run_dir / "config.yaml", args.set)
+        else:
+            config = load_config(args.config, args.set)
+            run_dir = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-{config.algorithm}")
+            if (run_dir / "metrics.jsonl").exists():
+                raise ConfigError(f"{run_dir} already holds a run: use --resume {run_dir} "
+                                  "or another --out")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    console.print(f"[bold]sao-gym train[/]: {config.algorithm} ({config.mode}) on {config.env}, "
+                  f"model {config.model}, {config.total_steps} steps -> {run_dir}")
+    with ProgressDisplay(config.total_steps, console=console) as display:
+        result = train(config, run_dir, resume=bool(args.resume), display=display,
+                       say=lambda text: console.print(f"[dim]{text}[/]"))
+    _print_result(result)
+    return 0
+
+
+def _print_result(result: dict) -> None:
+    print(f"run dir:    {result['run_dir']}")
+    print(f"checkpoint: {result.get('checkpoint')}")
+    before, after = result.get("eval_before"), result.get("eval_after")
+    if before and after:
+        print(f"success:    {before['success_rate']:.3f} before -> {after['success_rate']:.3f} "
+              f"after RL ({after['episodes']} episodes)")
+    for path in result.get("plots", []):
+        print(f"plot:       {path}")
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from sao_gym.runtime.checkpoint import CheckpointManager
+    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.main import evaluate_policy
+
+    env, kwargs, out = args.env, {}, args.out
+    if args.run:
+        run_dir = Path(args.run)
+        latest = CheckpointManager(run_dir).latest()
+        if latest is None:
+            print(f"FAIL: {run_dir} has no complete checkpoint", file=sys.stderr)
+            return 2
+        model = str(latest / "policy")
+        if (run_dir / "config.yaml").is_file():
+            config = load_config(run_dir / "config.yaml")
+            env, kwargs = env or config.env, config.env_kwargs if not args.env else {}
+        out = out or str(run_dir / "eval.json")
+    else:
+        model = args.model
+    if env is None:
+        print("FAIL: --env is required with --model", file=sys.stderr)
+        return 2
+    try:
+        result = evaluate_policy(model, env, args.episodes, seed=args.seed, env_kwargs=kwargs,
+                                 temperature=args.temperature,
+                                 max_new_tokens=args.max_new_tokens)
+    except (OSError, ValueError) as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from sao_gym.plotting import plot_runs
+
+    try:
+        paths = plot_runs(args.run_dir, args.compare, args.out, smooth=args.smooth)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    if not paths:
+        print("FAIL: nothing to plot: no run has any plotted metric "
+              "(see docs/metrics.md)", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
     return 0
 
 
@@ -95,11 +192,32 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--episodes", type=int, default=10, help="random-agent episodes")
     check.add_argument("--seed", type=int, default=0)
     check.set_defaults(fn=_cmd_check)
-    demo = sub.add_parser("demo", help="evaluate the tiny model on Arithmetic")
-    demo.add_argument("--out", default="runs/demo", help="where the model is written")
-    demo.add_argument("--episodes", type=int, default=16)
-    demo.add_argument("--concurrency", type=int, default=16)
-    demo.set_defaults(fn=_cmd_demo)
+    train = sub.add_parser("train", help="train an agent (no config: the embedded default)")
+    train.add_argument("config", nargs="?", help="YAML config (see examples/configs/)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (dotted for learner.*); repeatable")
+    train.add_argument("--out", help="run directory (default runs/<time>-<algorithm>)")
+    train.add_argument("--resume", metavar="RUN_DIR",
+                       help="continue a run from its last checkpoint")
+    train.set_defaults(fn=_cmd_train)
+    ev = sub.add_parser("eval", help="evaluate a run's policy or a model on an environment")
+    which = ev.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", help="a run directory (its latest checkpoint)")
+    which.add_argument("--model", help="a Hugging Face checkpoint directory")
+    ev.add_argument("--env", help="environment id (default: the run's)")
+    ev.add_argument("--episodes", type=int, default=64)
+    ev.add_argument("--seed", type=int, default=1_000_000, help="first episode seed")
+    ev.add_argument("--temperature", type=float, default=1.0)
+    ev.add_argument("--max-new-tokens", type=int, default=64)
+    ev.add_argument("--out", help="also write the JSON here (default RUN_DIR/eval.json)")
+    ev.set_defaults(fn=_cmd_eval)
+    plot = sub.add_parser("plot", help="write PNG learning curves of one or more runs")
+    plot.add_argument("run_dir", help="a run directory with metrics.jsonl")
+    plot.add_argument("--compare", nargs="+", action="extend", default=[], metavar="RUN_DIR",
+                      help="more runs drawn in the same figures")
+    plot.add_argument("--out", default=None, help="output folder (default RUN_DIR/plots)")
+    plot.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1)")
+    plot.set_defaults(fn=_cmd_plot)
     sandbox = sub.add_parser("sandbox", help="sandbox maintenance")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     build = sandbox_sub.add_parser("build-image", help="build the DockerSandbox image offline "

@@ -3,7 +3,8 @@ import importlib
 
 import pytest
 
-MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools"]
+MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools", "sao_gym.logging",
+           "sao_gym.plotting"]
 
 
 @pytest.mark.parametrize("name", MODULES)

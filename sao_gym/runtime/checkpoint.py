@@ -1,0 +1,105 @@
+"""Atomic checkpoints of a training run.
+
+A checkpoint is a directory ``RUN_DIR/checkpoints/step_NNNNNNN`` holding:
+
+- ``learner.pt``: :meth:`Learner.state_dict` (models, optimizers, counters, RNG);
+- ``policy/``: the policy as a Hugging Face checkpoint (servable, evaluable);
+- ``trainer.json``: the trainer's own state (step, data cursor, counters).
+
+It is written into a temporary sibling directory, every file fsynced, then
+renamed into place and the parent fsynced: a checkpoint directory either is
+complete or does not exist, whenever the process dies (``kill -9`` included).
+Leftover temporary directories are removed on the next save.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^step_(\d{7})$")
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for name in [*dirs, "."]:
+            _fsync_dir(Path(root) / name)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointManager:
+    """Saves, finds and loads checkpoints under ``run_dir/checkpoints``."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], keep: int = 2):
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}")
+        self.dir = Path(run_dir) / "checkpoints"
+        self.keep = keep
+
+    def complete(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints as ``(step, path)``, oldest first."""
+        if not self.dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.dir.iterdir()
+                 if (m := _NAME.match(p.name)) and (p / "trainer.json").is_file()]
+        return sorted(found)
+
+    def latest(self) -> Path | None:
+        """The newest complete checkpoint, or ``None``."""
+        done = self.complete()
+        return done[-1][1] if done else None
+
+    def save(self, step: int, learner: Any, trainer_state: dict[str, Any]) -> Path:
+        """Write a checkpoint for ``step`` atomically; prune old ones; return its path."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for stale in self.dir.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        final = self.dir / f"step_{step:07d}"
+        tmp = self.dir / f".tmp-step_{step:07d}-{os.getpid()}"
+        tmp.mkdir()
+        torch.save(learner.state_dict(), tmp / "learner.pt")
+        learner.policy.save_pretrained(str(tmp / "policy"))
+        if getattr(learner, "tokenizer", None) is not None:
+            learner.tokenizer.save_pretrained(str(tmp / "policy"))
+        (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(self.dir)
+        for _, old in self.complete()[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        logger.info("checkpoint written: %s", final)
+        return final
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(learner_state, trainer_state)`` of a checkpoint directory."""
+        path = Path(path)
+        if not (path / "trainer.json").is_file():
+            raise FileNotFoundError(f"{path} is not a complete checkpoint")
+        trainer_state = json.loads((path / "trainer.json").read_text())
+        learner_state = torch.load(path / "learner.pt", weights_only=False)
+        return learner_state, trainer_state

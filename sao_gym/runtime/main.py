@@ -1,0 +1,165 @@
+"""The ``sao-gym train`` and ``sao-gym eval`` jobs.
+
+``train``: prepare the model (build the tiny one, convert SmolLM2, or take a
+path), optionally warm-start it on oracle demonstrations, evaluate it, run
+the :class:`~sao_gym.runtime.trainer.Trainer`, evaluate the result, and plot.
+Every artefact lands in the run directory::
+
+    RUN_DIR/config.yaml          the resolved configuration
+    RUN_DIR/model/               the starting checkpoint (after any warm start)
+    RUN_DIR/metrics.jsonl        one line per learner step
+    RUN_DIR/checkpoints/step_N/  atomic checkpoints (policy/ is servable)
+    RUN_DIR/eval_before.json, eval_after.json
+    RUN_DIR/plots/*.png
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import sao_gym
+from sao_gym.runtime.config import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle"}
+"""Demonstration policies for warm starts, by environment id."""
+
+SMOLLM2_CACHE = Path.home() / ".cache" / "sao_gym" / "smollm2"
+
+
+def resolve_model(model: str, run_dir: Path, seed: int) -> str:
+    """A local checkpoint path for ``tiny``, ``smollm2`` or a path."""
+    from sao_gym.models import smollm2, tiny_model
+
+    if model == "tiny":
+        path = run_dir / "model" / "base"
+        if not (path / "config.json").exists():
+            tiny_model(str(path), seed=seed)
+        return str(path)
+    if model == "smollm2":
+        return smollm2(SMOLLM2_CACHE)
+    if not (Path(model) / "config.json").exists():
+        raise FileNotFoundError(f"model {model!r} is neither 'tiny', 'smollm2' nor a local "
+                                "Hugging Face checkpoint directory")
+    return model
+
+
+def oracle_for(env_id: str) -> Any:
+    """The demonstration policy registered for ``env_id``."""
+    if env_id not in ORACLES:
+        raise ValueError(f"no oracle for {env_id}: warm starts exist for {sorted(ORACLES)}")
+    module, name = ORACLES[env_id].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def warm_start(config: TrainConfig, base: str, run_dir: Path) -> str:
+    """Supervised warm start on oracle demonstrations; returns the new checkpoint."""
+    from transformers import AutoTokenizer
+
+    from sao_gym.runtime.warmstart import collect_demonstrations, sft
+
+    out = run_dir / "model" / "warm_start"
+    if (out / "config.json").exists():
+        return str(out)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    demos = collect_demonstrations(
+        config.env, tokenizer, oracle_for(config.env), episodes=config.warm_start_episodes,
+        seed=config.seed + 10_000_000, env_kwargs=config.env_kwargs,
+        max_new_tokens=config.max_new_tokens, max_context_tokens=config.max_context_tokens)
+    return sft(base, demos, out_dir=str(out), steps=config.warm_start_steps,
+               lr=config.warm_start_lr, seed=config.seed)
+
+
+def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,
+                    env_kwargs: dict | None = None, temperature: float = 1.0,
+                    max_new_tokens: int = 64, max_context_tokens: int = 2048,
+                    max_episode_steps: int | None = None, concurrency: int = 16
+                    ) -> dict[str, Any]:
+    """Success rate, mean return and mean turns of ``episodes`` sampled episodes.
+
+    Seeds start at ``seed`` (by default far from the training stream's).
+    """
+    from transformers import AutoTokenizer
+
+    from sao_gym.agents import LLMAgent
+    from sao_gym.evaluation import EpisodeSummary, run_episodes
+    from sao_gym.inference.hf import HFBackend
+
+    tokenizer = AutoTokenizer.from_pretrained(policy_path)
+
+    async def play() -> list:
+        backend = HFBackend(policy_path, max_batch_size=concurrency, seed=seed)
+        try:
+            return await run_episodes(
+                lambda: sao_gym.make(env_id, max_episode_steps=max_episode_steps,
+                                     **(env_kwargs or {})),
+                lambda: LLMAgent(backend, tokenizer, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, max_context_tokens=max_context_tokens),
+                episodes, concurrency=concurrency, seed=seed)
+        finally:
+            await backend.aclose()
+
+    start = time.monotonic()
+    rollouts = asyncio.run(play())
+    summary = EpisodeSummary.of(rollouts).__dict__
+    return {**summary, "model": str(policy_path), "env": env_id, "seed": seed,
+            "temperature": temperature, "elapsed_s": round(time.monotonic() - start, 2)}
+
+
+def _eval(config: TrainConfig, policy: str) -> dict[str, Any]:
+    return evaluate_policy(policy, config.env, config.eval_episodes, env_kwargs=config.env_kwargs,
+                           temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                           max_context_tokens=config.max_context_tokens,
+                           max_episode_steps=config.max_episode_steps,
+                           concurrency=config.concurrency)
+
+
+def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
+          display: Any = None, say: Any = logger.info) -> dict[str, Any]:
+    """The whole ``sao-gym train`` job; returns where everything is."""
+    from sao_gym.runtime.trainer import Trainer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    policy = resolve_model(config.model, run_dir, config.seed)
+    if config.warm_start_steps and not resume:
+        say(f"warm start: {config.warm_start_steps} supervised steps on "
+            f"{config.warm_start_episodes} demonstrations")
+        policy = warm_start(config, policy, run_dir)
+    elif (run_dir / "model" / "warm_start" / "config.json").exists():
+        policy = str(run_dir / "model" / "warm_start")
+    result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
+    if config.eval_episodes and not (run_dir / "eval_before.json").exists():
+        say(f"evaluating the starting model on {config.eval_episodes} episodes")
+        before = _eval(config, policy)
+        (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
+    say(f"training: {config.algorithm} ({config.mode}), {config.total_steps} steps")
+    last = Trainer(config, run_dir, policy, resume=resume, display=display).run()
+    result["checkpoint"] = str(last) if last else None
+    if config.eval_episodes and last is not None:
+        say(f"evaluating the trained model on {config.eval_episodes} episodes")
+        after = _eval(config, str(last / "policy"))
+        (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
+    for name in ("eval_before", "eval_after"):
+        path = run_dir / f"{name}.json"
+        if path.exists():
+            result[name] = json.loads(path.read_text())
+    result["plots"] = [str(p) for p in _plots(run_dir)]
+    return result
+
+
+def _plots(run_dir: Path) -> list[Path]:
+    from sao_gym.plotting import plot_runs
+
+    try:
+        return plot_runs(run_dir)
+    except Exception:  # noqa: BLE001 - a plotting problem must not fail a finished run
+        logger.exception("plotting failed")
+        return []

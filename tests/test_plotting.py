@@ -1,0 +1,108 @@
+"""plot_runs and `sao-gym plot`: PNG curves from metrics.jsonl."""
+
+import math
+
+import pytest
+
+from sao_gym.cli import main
+from sao_gym.logging import JsonlLogger
+from sao_gym.plotting import FIGURES, plot_runs, smooth_ema
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ALL = [spec.filename for spec in FIGURES]
+
+
+def write_run(run_dir, steps=8, keys=None, seed=0.0):
+    """A run dir whose metrics.jsonl holds every plotted metric (or only ``keys``)."""
+    with JsonlLogger(run_dir) as logger:
+        for step in range(1, steps + 1):
+            metrics = {
+                "rollout/success_rate": min(1.0, step / steps + seed),
+                "rollout/return_mean": step / steps + seed,
+                "sao/clip_ratio": 1e-3 * (1 + step % 3),
+                "critic/explained_variance": math.nan if step == 1 else 1 - 1 / step,
+                "async/staleness_mean": 0.5 + seed,
+                "async/staleness_max": 2 + step % 2,
+                "perf/trajectories_per_s": 3.0 + step,
+                "perf/tokens_per_s": 1000.0 * step,
+                "loss/policy": 0.1,
+            }
+            if keys is not None:
+                metrics = {k: v for k, v in metrics.items() if k in keys}
+            logger.log(step, metrics)
+    return run_dir
+
+
+def assert_pngs(paths, names):
+    assert [p.name for p in paths] == names
+    for path in paths:
+        data = path.read_bytes()
+        assert len(data) > 1000 and data.startswith(PNG_SIGNATURE)
+
+
+def test_plot_one_run_writes_every_figure(tmp_path):
+    run = write_run(tmp_path / "run_a")
+    paths = plot_runs(run)
+    assert ALL == ["success.png", "clip_ratio.png", "explained_variance.png", "staleness.png",
+                   "throughput.png"]
+    assert_pngs(paths, ALL)
+    assert all(p.parent == run / "plots" for p in paths)
+
+
+def test_compare_two_runs_into_an_out_dir(tmp_path):
+    a = write_run(tmp_path / "a" / "run")
+    b = write_run(tmp_path / "b" / "run", steps=5, seed=0.1)  # same name: labels widen
+    paths = plot_runs(a, [b], tmp_path / "cmp", smooth=0.6)
+    assert_pngs(paths, ALL)
+    assert all(p.parent == tmp_path / "cmp" for p in paths)
+    assert not (a / "plots").exists()
+
+
+def test_figures_without_data_are_skipped(tmp_path):
+    only_success = write_run(tmp_path / "s", keys={"rollout/success_rate"})
+    assert_pngs(plot_runs(only_success), ["success.png"])
+    # a metric that only one of two runs has still gets its figure
+    staleness = write_run(tmp_path / "st", keys={"async/staleness_max"})
+    assert_pngs(plot_runs(only_success, [staleness], tmp_path / "out"),
+                ["success.png", "staleness.png"])
+    # all-null values (non-finite when logged) count as no data
+    with JsonlLogger(tmp_path / "nan") as logger:
+        logger.log(1, {"sao/clip_ratio": math.nan})
+    assert plot_runs(tmp_path / "nan") == []
+
+
+def test_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
+        plot_runs(tmp_path)
+    run = write_run(tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="missing"):
+        plot_runs(run, [tmp_path / "missing"])
+    with pytest.raises(ValueError, match="smooth"):
+        plot_runs(run, smooth=1.0)
+
+
+def test_smooth_ema():
+    out = smooth_ema([1.0, 3.0, math.nan, 5.0], 0.5)
+    assert out[:2] == [1.0, 2.0] and math.isnan(out[2]) and out[3] == 3.5
+    assert smooth_ema([1.0, 2.0], 0.0) == [1.0, 2.0]
+
+
+def test_cli_plot_prints_the_paths(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", seed=0.2)
+    c = write_run(tmp_path / "c", seed=0.3)
+    out_dir = tmp_path / "figs"
+    assert main(["plot", str(a), "--compare", str(b), "--compare", str(c),
+                 "--out", str(out_dir), "--smooth", "0.5"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert printed == [str(out_dir / name) for name in ALL]
+    assert main(["plot", str(a)]) == 0
+    assert capsys.readouterr().out.split() == [str(a / "plots" / name) for name in ALL]
+
+
+def test_cli_plot_failures(tmp_path, capsys):
+    assert main(["plot", str(tmp_path / "nowhere")]) == 1
+    assert "FAIL: no metrics.jsonl" in capsys.readouterr().err
+    write_run(tmp_path / "empty", keys=set())
+    assert main(["plot", str(tmp_path / "empty")]) == 1
+    assert "nothing to plot" in capsys.readouterr().err

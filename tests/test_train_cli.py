@@ -1,0 +1,86 @@
+"""`sao-gym train` / `eval` as a user runs them: kill -9 and resume, SIGTERM, eval."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sao_gym.cli import main
+from sao_gym.logging import read_metrics
+from sao_gym.runtime.checkpoint import CheckpointManager
+
+SMALL = ["--set", "concurrency=2", "--set", "max_new_tokens=8", "--set", "max_episode_steps=2",
+         "--set", "batch_size=1", "--set", "learner.critic_warmup_steps=0",
+         "--set", "max_context_tokens=1024", "--set", "backend_max_batch_size=2"]
+
+
+def _train_cmd(*args):
+    return [sys.executable, "-m", "sao_gym.cli", "train", *args]
+
+
+def _wait_for_steps(run, n, proc, timeout=240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.stderr.read()[-3000:]}")
+        rows = read_metrics(run) if (run / "metrics.jsonl").exists() else []
+        if len(rows) >= n:
+            return rows
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} steps within {timeout} s")
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_logs_every_step_once(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(*SMALL, "--set", "total_steps=6", "--set",
+                                       "checkpoint_every=2", "--out", str(run)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_steps(run, 3, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert CheckpointManager(run).latest() is not None
+    done = subprocess.run(_train_cmd("--resume", str(run)), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert CheckpointManager(run).latest().name == "step_0000006"
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+    assert "checkpoint: " in done.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(*SMALL, "--set", "total_steps=1000", "--set",
+                                       "checkpoint_every=0", "--out", str(run)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_steps(run, 2, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    rows = read_metrics(run)
+    latest = CheckpointManager(run).latest()
+    assert latest is not None and int(latest.name.split("_")[1]) == rows[-1]["step"]
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1))
+    # and eval on that run
+    assert main(["eval", "--run", str(run), "--episodes", "2", "--max-new-tokens", "8"]) == 0
+    result = json.loads((run / "eval.json").read_text())
+    assert result["episodes"] == 2 and 0.0 <= result["success_rate"] <= 1.0
+
+
+def test_train_refuses_bad_input(tmp_path, capsys):
+    assert main(["train", "--set", "batchsize=2"]) == 2
+    assert "valid keys" in capsys.readouterr().err
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    assert main(["train", "--out", str(tmp_path)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "nope")]) == 2
+    assert main(["eval", "--run", str(tmp_path)]) == 2
+    assert main(["eval", "--model", str(tmp_path)]) == 2  # --env missing
