@@ -64,3 +64,8 @@ register(
     "sao_gym.envs.arithmetic:ArithmeticEnv",
     max_episode_steps=8,
 )
+register(
+    "sao_gym/HeavyTail-v0",
+    "sao_gym.envs.latency:HeavyTailEnv",
+    max_episode_steps=16,
+)

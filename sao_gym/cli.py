@@ -10,6 +10,8 @@ Subcommands:
                               success rate, mean return and turns, as JSON
     plot RUN_DIR [--compare RUN_DIR2 ...] [--out DIR] [--smooth W]
                               write PNG learning curves of runs' metrics.jsonl
+    bench async-vs-sync [--set key=value ...] [--repeats N]
+                              training throughput of async vs sync mode
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
 """
@@ -166,6 +168,25 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_async_vs_sync(args: argparse.Namespace) -> int:
+    from sao_gym.runtime.bench import async_vs_sync
+    from sao_gym.runtime.config import ConfigError
+
+    try:
+        result = async_vs_sync(args.set, repeats=args.repeats)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for mode in ("async", "sync"):
+        runs = ", ".join(f"{x:.2f}" for x in result["runs"][mode])
+        print(f"{mode:>5}: {result[f'{mode}_trajectories_per_s']:.2f} trajectories/s "
+              f"(median of {runs})")
+    print(f"ratio: {result['ratio']:.2f}x async/sync, {result['trajectories']} trajectories each")
+    keys = ("async_trajectories_per_s", "sync_trajectories_per_s", "ratio")
+    print(json.dumps({k: round(result[k], 4) for k in keys}))
+    return 0
+
+
 def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
     from sao_gym.sandbox.base import SandboxUnavailable
     from sao_gym.sandbox.image import build_image
@@ -218,6 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", default=None, help="output folder (default RUN_DIR/plots)")
     plot.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1)")
     plot.set_defaults(fn=_cmd_plot)
+    bench = sub.add_parser("bench", help="benchmarks")
+    bench_sub = bench.add_subparsers(dest="bench_command", required=True)
+    avs = bench_sub.add_parser("async-vs-sync", help="training throughput, async vs sync mode")
+    avs.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override the benchmark's train config (see sao_gym.runtime.bench)")
+    avs.add_argument("--repeats", type=int, default=1, help="alternating runs per mode")
+    avs.set_defaults(fn=_cmd_bench_async_vs_sync)
     sandbox = sub.add_parser("sandbox", help="sandbox maintenance")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     build = sandbox_sub.add_parser("build-image", help="build the DockerSandbox image offline "

@@ -186,7 +186,9 @@ class Learner:
         critic_start = time.perf_counter()
         if self.critic is not None:
             advantages, returns, values = self._critic_advantages(rollouts, mbs)
-            metrics["critic/explained_variance"] = _explained_variance(values, returns, mbs)
+            ev = _explained_variance(values, returns, mbs)
+            if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
+                metrics["critic/explained_variance"] = ev
             metrics.update(self._train_critic(mbs, returns, values))
         else:
             advantages = self._outcome_advantages(rollouts, mbs)

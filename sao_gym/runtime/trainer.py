@@ -76,6 +76,8 @@ class Trainer:
         self._checkpointed_step = 0
         self._stop = asyncio.Event()
         self._nonfinite_steps = 0
+        self.loop_seconds = 0.0
+        """Wall time of the training loop (set when it ends; excludes set-up)."""
 
     # ----- set-up -----
     def _build(self) -> dict[str, Any]:
@@ -134,6 +136,8 @@ class Trainer:
             max_staleness=self.config.max_staleness if self.config.mode == "async" else None,
             max_infra_retries=self.config.max_infra_retries)
         self.source = source
+        self._t0 = time.monotonic()
+        self._last = (self._t0, 0, 0)
         last = None
         try:
             if self.config.mode == "async":
@@ -142,6 +146,7 @@ class Trainer:
             else:
                 await self._sync_loop(source)
         finally:
+            self.loop_seconds = time.monotonic() - self._t0
             await source.stop()
             if self.step > self._checkpointed_step:
                 await asyncio.to_thread(self._checkpoint, source)
@@ -233,8 +238,6 @@ class Trainer:
             await asyncio.to_thread(self._checkpoint, source)
 
     def _rates(self, source: RolloutSource, now: float) -> dict[str, float]:
-        if not hasattr(self, "_t0"):
-            self._t0, self._last = now, (now, 0, 0)
         t, finished, tokens = self._last
         dt = max(now - t, 1e-9)
         c = source.counters

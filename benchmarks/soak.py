@@ -1,0 +1,81 @@
+"""Long-run stability: RSS growth and non-finite metrics over many learner steps.
+
+Runs the async trainer on the tiny model (Arithmetic, batch_size 4) for
+`--steps` learner steps, sampling the process RSS after every step.
+Reports RSS at step 100 and at the end, the growth after step 100, and the
+number of non-finite metric values logged (JSON nulls in metrics.jsonl).
+
+Run: .venv/bin/python benchmarks/soak.py --steps 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from sao_gym.logging import read_metrics
+from sao_gym.models import tiny_model
+from sao_gym.runtime.config import load_config
+from sao_gym.runtime.trainer import Trainer
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class RssProbe:
+    """Stands in for the progress display: records RSS after each step."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[int, float]] = []
+        self.t0 = time.monotonic()
+
+    def update(self, step: int, metrics) -> None:
+        self.samples.append((step, rss_mb()))
+        if step % 50 == 0:
+            print(f"step {step}: rss {self.samples[-1][1]:.0f} MB, "
+                  f"{time.monotonic() - self.t0:.0f} s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    root = Path(args.out or tempfile.mkdtemp(prefix="sao-soak-"))
+    model = tiny_model(str(root / "model"))
+    cfg = load_config(None, [
+        f"total_steps={args.steps}", f"batch_size={args.batch_size}", "concurrency=8",
+        "max_new_tokens=16", "max_episode_steps=3", "max_context_tokens=1024",
+        "checkpoint_every=250", "learner.lr=1e-4", "learner.critic_warmup_steps=10"])
+    probe = RssProbe()
+    trainer = Trainer(cfg, root / "run", model, display=probe)
+    trainer.run()
+    rows = read_metrics(root / "run")
+    nonfinite = sum(1 for r in rows for v in r.values()
+                    if v is None or (isinstance(v, float) and not math.isfinite(v)))
+    at = dict(probe.samples)
+    base = at.get(100, probe.samples[0][1])
+    end = probe.samples[-1][1]
+    result = {
+        "steps": len(rows), "loop_seconds": round(trainer.loop_seconds, 1),
+        "rss_mb_step_100": round(base, 1), "rss_mb_end": round(end, 1),
+        "rss_mb_max_after_100": round(max(r for s, r in probe.samples if s >= 100), 1)
+        if len(probe.samples) > 100 else None,
+        "rss_growth_after_100": round(end / base - 1, 4),
+        "nonfinite_values": nonfinite,
+        "run_dir": str(root / "run"),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
