@@ -12,9 +12,13 @@ from sao_gym.utils.env_checker import (
 from tests.helpers import CounterEnv, EchoEnv
 
 
-def test_registered_envs_pass():
-    for env_id in ("sao_gym/Arithmetic-v0",):
-        assert check_agent_env(sao_gym.make(env_id)) == list(CHECKS)
+FAST_KWARGS = {"sao_gym/HeavyTail-v0": {"latency_median_s": 0.001}}
+
+
+@pytest.mark.parametrize("env_id", sao_gym.env_ids())
+def test_registered_envs_pass(env_id):
+    env = sao_gym.make(env_id, **FAST_KWARGS.get(env_id, {}))
+    assert check_agent_env(env) == list(CHECKS)
 
 
 def test_helper_envs_pass():
