@@ -11,7 +11,9 @@ All three share :data:`CHATML_TOOLS_TEMPLATE`, a ChatML chat template with
 tool calls that is *prefix-stable*: rendering messages ``M`` and then
 ``M + more`` gives a string that starts with the rendering of ``M``. The
 agent relies on this to append observations to its running token sequence
-without re-tokenizing history.
+without re-tokenizing history. :data:`COMPACT_TOOLS_TEMPLATE` is the same
+template with a one-line-per-tool system prompt, for when prompt length
+dominates the compute (``tiny_model(..., chat_template=COMPACT_TOOLS_TEMPLATE)``).
 
 torch and transformers are imported inside the functions, so importing this
 module stays cheap.
@@ -36,22 +38,7 @@ IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 
-CHATML_TOOLS_TEMPLATE = (
-    "{%- if tools %}"
-    "{{- '<|im_start|>system\\n' }}"
-    "{%- if messages and messages[0].role == 'system' %}"
-    "{{- (messages[0].content or '') + '\\n\\n' }}"
-    "{%- endif %}"
-    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
-    "{%- for tool in tools %}"
-    "{{- '\\n' + (tool | tojson) }}"
-    "{%- endfor %}"
-    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
-    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n'
-    "</tool_call><|im_end|>\\n' }}"
-    "{%- endif %}"
+_CHATML_MESSAGES = (
     "{%- for message in messages %}"
     "{%- if not (loop.first and tools and message.role == 'system') %}"
     "{{- '<|im_start|>' + message.role + '\\n' }}"
@@ -75,11 +62,55 @@ CHATML_TOOLS_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+"""The message part shared by both templates (tool calls as Hermes blocks)."""
+
+CHATML_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{{- (messages[0].content or '') + '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}"
+    "{{- '\\n' + (tool | tojson) }}"
+    "{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n"
+    '{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n'
+    "</tool_call><|im_end|>\\n' }}"
+    "{%- endif %}" + _CHATML_MESSAGES
+)
 """ChatML with tools, prefix-stable; an assistant message ``X`` renders as
 ``<|im_start|>assistant\\nX<|im_end|>\\n``. Tools (JSON schemas) go into the
 system prompt (a system message is created when there is none); tool calls are
 rendered after the content as ``<tool_call>\\n{"name": ..., "arguments": {...}}
 \\n</tool_call>``; each ``tool`` message is its own ``<|im_start|>tool`` block."""
+
+COMPACT_TOOLS_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{{- (messages[0].content or '') + '\\n\\n' }}"
+    "{%- endif %}"
+    "{{- 'Tools:' }}"
+    "{%- for tool in tools %}"
+    "{%- set fn = tool.function if tool.function is defined else tool %}"
+    "{%- set params = fn.parameters if fn.parameters is defined and fn.parameters else {} %}"
+    "{%- set props = params.properties if params.properties is defined else {} %}"
+    "{{- '\\n' + fn.name + '(' + (props | join(', ')) + ')' }}"
+    "{%- if fn.description %}{{- ': ' + fn.description }}{%- endif %}"
+    "{%- endfor %}"
+    "{{- '\\nCall a tool on a line of its own: name(argument).<|im_end|>\\n' }}"
+    "{%- endif %}" + _CHATML_MESSAGES
+)
+""":data:`CHATML_TOOLS_TEMPLATE` with a short tool list: one line ``name(params):
+description`` per tool instead of JSON schemas (about 80 tokens of system prompt
+for Arithmetic with the tiny tokenizer instead of about 350), and the
+plain-text call syntax ``name(argument)`` that the agent's tool parser reads.
+Messages (tool calls in history included) render exactly as with
+:data:`CHATML_TOOLS_TEMPLATE`, so it is prefix-stable as well. Used by the
+CPU demo, where prompt tokens dominate the compute."""
 
 
 def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -239,6 +270,7 @@ def tiny_model(
     num_layers: int = 4,
     seed: int = 0,
     vocab_size: int = 1024,
+    chat_template: str = CHATML_TOOLS_TEMPLATE,
 ) -> str:
     """Build a small random Qwen2-style causal LM with its tokenizer and save it.
 
@@ -247,7 +279,9 @@ def tiny_model(
     (``seed`` seeds a private RNG; the global torch RNG is left untouched), so
     two calls with the same arguments give identical checkpoints. The
     tokenizer is a byte-level BPE trained on a built-in corpus, so any text
-    round-trips. Its chat template is :data:`CHATML_TOOLS_TEMPLATE`.
+    round-trips. Its chat template is ``chat_template``
+    (:data:`CHATML_TOOLS_TEMPLATE` by default; the CPU demo uses
+    :data:`COMPACT_TOOLS_TEMPLATE`); it must be prefix-stable for ``LLMAgent``.
 
     Returns ``save_dir`` as a string.
     """
@@ -258,6 +292,7 @@ def tiny_model(
         raise ValueError(f"hidden_size must be a multiple of 64 (head dim), got {hidden_size}")
     save_path = Path(save_dir)
     tokenizer = _build_tokenizer(vocab_size)
+    tokenizer.chat_template = chat_template
     if len(tokenizer) > vocab_size:  # pragma: no cover - trainer respects vocab_size
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {vocab_size}")
     pad_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)

@@ -11,7 +11,6 @@ from sao_gym.utils.env_checker import (
 )
 from tests.helpers import CounterEnv, EchoEnv
 
-
 FAST_KWARGS = {"sao_gym/HeavyTail-v0": {"latency_median_s": 0.001}}
 
 

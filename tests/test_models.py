@@ -302,3 +302,50 @@ def test_smollm2_checkpoint(tmp_path_factory):
     prompt_ids = tok.encode(prompt, add_special_tokens=False)
     out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=12, do_sample=False)
     assert "Paris" in tok.decode(out[0, len(prompt_ids) :])
+
+
+# ------------------------------------------------------------ compact template
+
+
+@pytest.fixture(scope="module")
+def compact_tok(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from sao_gym.models import COMPACT_TOOLS_TEMPLATE
+
+    path = tiny_model(tmp_path_factory.mktemp("compact"), hidden_size=64, num_layers=1,
+                      chat_template=COMPACT_TOOLS_TEMPLATE)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def test_compact_template_lists_one_line_per_tool(compact_tok, tok):
+    from sao_gym.models import COMPACT_TOOLS_TEMPLATE
+
+    assert compact_tok.chat_template == COMPACT_TOOLS_TEMPLATE
+    tools = [*TOOLS, {"type": "function", "function": {"name": "noop"}}]
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    text = render(compact_tok, msgs, tools=tools, add_generation_prompt=True)
+    assert text == (
+        "<|im_start|>system\nBe brief.\n\nTools:\n"
+        "calculator(expression): Evaluate an expression.\nnoop()\n"
+        "Call a tool on a line of its own: name(argument).<|im_end|>\n"
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
+    # messages (tool calls included) render exactly as with the JSON template
+    full, compact = render(tok, CONVERSATION, tools=TOOLS), render(compact_tok, CONVERSATION,
+                                                                   tools=TOOLS)
+    assert full[full.index("<|im_start|>user"):] == compact[compact.index("<|im_start|>user"):]
+    assert render(compact_tok, CONVERSATION) == render(tok, CONVERSATION)
+    # and it is much shorter than the JSON schemas
+    assert len(compact_tok.encode(compact)) < len(tok.encode(full)) - 40
+
+
+@pytest.mark.parametrize("tools", [None, TOOLS])
+def test_compact_template_is_prefix_stable(compact_tok, tools):
+    msgs = [{"role": "system", "content": "You solve tasks."}] + CONVERSATION
+    for k in range(1, len(msgs) + 1):
+        shorter = render(compact_tok, msgs[:k], tools=tools)
+        for longer_k in range(k, len(msgs) + 1):
+            assert render(compact_tok, msgs[:longer_k], tools=tools).startswith(shorter)
+        assert render(compact_tok, msgs[:k], tools=tools, add_generation_prompt=True) == \
+            shorter + "<|im_start|>assistant\n"

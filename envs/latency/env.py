@@ -30,6 +30,7 @@ class HeavyTailEnv(AgentEnv):
         turns_sigma: lognormal sigma of the number of turns.
         max_turns: cap on the number of turns.
         max_latency_s: cap on one delay.
+
     """
 
     def __init__(self, *, latency_median_s: float = 0.5, latency_sigma: float = 1.0,

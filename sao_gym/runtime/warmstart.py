@@ -1,0 +1,371 @@
+r"""Warm start: demonstrations in the agent's own token layout, and supervised fine-tuning.
+
+RL from a random model never sees a reward, so the embedded demo first
+teaches the tiny model the task's protocol with a short supervised phase:
+
+- :func:`collect_demonstrations` plays episodes with :class:`~sao_gym.agents.LLMAgent`
+  exactly as RL will (same chat template, same observation deltas, same
+  token budget), but behind an inference backend that emits an *oracle's*
+  text instead of sampling. The resulting :class:`~sao_gym.types.Rollout`\\ s
+  therefore have the very layout the policy later produces itself: prompt and
+  observation tokens with ``loss_mask`` 0, each assistant turn (ending with
+  its end-of-turn token) with ``loss_mask`` 1.
+- :func:`sft` fine-tunes a checkpoint on them: cross-entropy on the
+  ``loss_mask`` 1 tokens only, AdamW, a fixed number of steps, and writes a
+  checkpoint (model and tokenizer) that the learner and the backends load.
+
+An oracle is a function ``oracle(messages, task) -> str`` giving the text of
+the next assistant turn from the conversation so far and the env's task
+(``env.unwrapped.task``, which holds the reference answer); for Arithmetic
+see :func:`sao_gym.envs.arithmetic.oracle.arithmetic_oracle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sao_gym.types import Message, Rollout, SamplingParams
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+logger = logging.getLogger(__name__)
+
+Oracle = Callable[[Sequence[Message], Mapping[str, Any]], str]
+"""``oracle(messages, task) -> text`` of the next assistant turn."""
+
+
+# ---------------------------------------------------------------------------
+# demonstrations
+# ---------------------------------------------------------------------------
+
+
+class _OracleTurns:
+    """A ScriptedBackend handler: tokenizes the oracle's next turn plus end-of-turn."""
+
+    def __init__(self, tokenizer: Any, oracle: Oracle):
+        self.tokenizer = tokenizer
+        self.oracle = oracle
+        self.agent: Any = None
+        self.task: Mapping[str, Any] = {}
+        self.error: Exception | None = None
+
+    def __call__(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
+        try:
+            messages = self.agent.trajectory().messages
+            text = self.oracle(messages, self.task)
+            if not isinstance(text, str):
+                raise TypeError(f"the oracle must return a str, got {type(text).__name__}")
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            ids.append(params.stop_token_ids[0])
+            if len(ids) > params.max_new_tokens:
+                raise ValueError(
+                    f"the oracle's turn {text!r} is {len(ids)} tokens (with end-of-turn), more "
+                    f"than max_new_tokens={params.max_new_tokens}: raise max_new_tokens"
+                )
+        except Exception as e:
+            self.error = e
+            raise
+        return ids
+
+
+async def acollect_demonstrations(
+    env_id: str,
+    tokenizer: Any,
+    oracle: Oracle,
+    *,
+    episodes: int,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    **agent_kwargs: Any,
+) -> list[Rollout]:
+    """Async version of :func:`collect_demonstrations` (use it inside an event loop)."""
+    import sao_gym
+    from sao_gym.agents import LLMAgent
+    from sao_gym.inference.scripted import ScriptedBackend
+    from sao_gym.rollout import run_episode
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    demos: list[Rollout] = []
+    for i in range(episodes):
+        env = sao_gym.make(env_id, **dict(env_kwargs or {}))
+        turns = _OracleTurns(tokenizer, oracle)
+        agent = LLMAgent(ScriptedBackend(turns), tokenizer, **agent_kwargs)
+        turns.agent = agent
+        # The task is chosen at reset, before the first act(): read it lazily.
+        turns.task = _LazyTask(env)
+        try:
+            rollout = await run_episode(env, agent, seed=seed + i)
+        finally:
+            await env.aclose()
+        if turns.error is not None:
+            raise RuntimeError(
+                f"demonstration {i} (seed {seed + i}) failed: {turns.error}"
+            ) from turns.error
+        if rollout.infra_failure:
+            raise RuntimeError(
+                f"demonstration {i} (seed {seed + i}) ended as an infra failure "
+                f"({rollout.stop_reason.value}); see the log above"
+            )
+        demos.append(rollout)
+    rewards = [r.reward for r in demos]
+    logger.info(
+        "collected %d demonstrations of %s: mean reward %.3f, mean length %.1f tokens "
+        "(%.1f action tokens)",
+        len(demos), env_id, sum(rewards) / len(demos),
+        sum(len(r.token_ids) for r in demos) / len(demos),
+        sum(r.num_action_tokens for r in demos) / len(demos),
+    )
+    return demos
+
+
+class _LazyTask(Mapping[str, Any]):
+    """``env.unwrapped.task`` read at access time (it changes at every reset)."""
+
+    def __init__(self, env: Any):
+        self._env = env
+
+    def _task(self) -> Mapping[str, Any]:
+        task = getattr(self._env.unwrapped, "task", None)
+        if task is None:
+            raise RuntimeError("the environment exposes no task (env.unwrapped.task is None)")
+        return task
+
+    def __getitem__(self, key: str) -> Any:
+        return self._task()[key]
+
+    def __iter__(self):
+        return iter(self._task())
+
+    def __len__(self) -> int:
+        return len(self._task())
+
+
+def collect_demonstrations(
+    env_id: str,
+    tokenizer: Any,
+    oracle: Oracle,
+    *,
+    episodes: int,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    **agent_kwargs: Any,
+) -> list[Rollout]:
+    """Play ``episodes`` oracle episodes and return them as token-exact rollouts.
+
+    Episode ``i`` is reset with seed ``seed + i``. Each turn, the oracle's
+    text for the conversation so far is tokenized (``tokenizer``, no special
+    tokens added) and closed with the agent's end-of-turn token; an
+    :class:`~sao_gym.agents.LLMAgent` built with ``agent_kwargs``
+    (``max_new_tokens``, ``max_context_tokens``, ...: pass the values RL will
+    use) records it like a sampled turn and parses its tool calls. So the
+    rollouts have exactly the token layout RL produces, with logprob 0.0 on
+    every action token.
+
+    Rollouts that fail the task are kept (check ``reward``); an oracle that
+    raises, returns a turn longer than ``max_new_tokens``, or an episode that
+    ends as an infrastructure failure raises ``RuntimeError``. Runs its own
+    event loop; inside one, await :func:`acollect_demonstrations`.
+    """
+    return asyncio.run(acollect_demonstrations(
+        env_id, tokenizer, oracle, episodes=episodes, seed=seed, env_kwargs=env_kwargs,
+        **agent_kwargs,
+    ))
+
+
+# ---------------------------------------------------------------------------
+# supervised fine-tuning
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SFTStep:
+    """Metrics of one supervised step (passed to ``sft``'s callback)."""
+
+    step: int
+    """1-based step number."""
+    loss: float
+    """Mean cross-entropy per action token of the step's batch (before the update)."""
+    token_accuracy: float
+    """Share of the batch's action tokens that are the model's argmax (before the update)."""
+    grad_norm: float
+    """Gradient norm before clipping."""
+    lr: float
+    """Learning rate used for the step."""
+    tokens: int
+    """Tokens (prompt and observations included) in the batch."""
+    elapsed_s: float
+    """Seconds since ``sft`` started training."""
+
+
+def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
+    demos = list(demonstrations)
+    if not demos:
+        raise ValueError("no demonstrations: sft needs at least one rollout")
+    for i, r in enumerate(demos):
+        if not isinstance(r, Rollout):
+            raise TypeError(f"demonstration {i} is a {type(r).__name__}, not a Rollout")
+        if not any(r.loss_mask):
+            raise ValueError(f"demonstration {i} has no action tokens (loss_mask is all 0)")
+    return demos
+
+
+def _batch_loss(
+    model: torch.nn.Module, mbs: Sequence[Any], *, backward: bool
+) -> tuple[float, float]:
+    """Sum of action-token NLL and of argmax hits over micro-batches; backward optional.
+
+    The loss of each micro-batch is divided by the action tokens of all of
+    them, so accumulated gradients are those of the batch's token mean.
+    """
+    import torch
+
+    from sao_gym.learner.batching import token_logprobs
+
+    n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
+    total, hits = 0.0, 0.0
+    device = next(model.parameters()).device
+    for mb in mbs:
+        ids = mb.input_ids_BT.to(device)
+        mask = mb.action_mask_BT.to(device)
+        with torch.set_grad_enabled(backward):
+            logits = model(input_ids=ids, attention_mask=mb.attention_mask_BT.to(device)).logits
+            logp = token_logprobs(logits, ids)
+            loss = -(logp * mask).sum() / n_tok
+            if backward:
+                loss.backward()
+        total += float(loss.detach())
+        with torch.no_grad():
+            pred = logits[:, :-1].argmax(-1)
+            hits += float(((pred == ids[:, 1:]).float() * mask[:, 1:]).sum())
+    return total, hits / n_tok
+
+
+def demonstration_loss(
+    model: torch.nn.Module,
+    demonstrations: Sequence[Rollout],
+    *,
+    pad_id: int = 0,
+    max_tokens_per_microbatch: int = 8192,
+) -> float:
+    """Mean cross-entropy per action token of ``model`` on ``demonstrations``."""
+    from sao_gym.learner.batching import micro_batches
+
+    demos = _check_demonstrations(demonstrations)
+    was_training = model.training
+    model.eval()
+    try:
+        loss, _ = _batch_loss(
+            model, micro_batches(demos, max_tokens_per_microbatch, pad_id), backward=False
+        )
+    finally:
+        model.train(was_training)
+    return loss
+
+
+def sft(
+    policy_path: str | Path,
+    demonstrations: Sequence[Rollout],
+    *,
+    out_dir: str | Path,
+    steps: int,
+    lr: float,
+    batch_size: int,
+    seed: int = 0,
+    max_tokens_per_microbatch: int = 8192,
+    warmup_steps: int = 0,
+    weight_decay: float = 0.0,
+    max_grad_norm: float | None = 1.0,
+    log_every: int = 10,
+    callback: Callable[[SFTStep], None] | None = None,
+) -> str:
+    """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
+
+    Each of the ``steps`` AdamW steps trains on ``batch_size`` demonstrations
+    (drawn without replacement, reshuffled every pass over the data) with the
+    mean cross-entropy of their ``loss_mask`` 1 tokens; prompt and observation
+    tokens are context only. Micro-batches of at most
+    ``max_tokens_per_microbatch`` padded tokens accumulate gradients. The
+    learning rate rises linearly over ``warmup_steps`` and then stays at
+    ``lr``; gradients are clipped to ``max_grad_norm``.
+
+    Deterministic for a ``seed`` (data order and the torch RNG, which is
+    restored afterwards) on a given machine and thread count. Progress goes
+    to ``logging`` every ``log_every`` steps and, every step, to
+    ``callback(SFTStep)``. The model and tokenizer are saved to ``out_dir``
+    (an HF checkpoint any backend or :func:`~sao_gym.learner.sao.build_learner`
+    loads); returns ``out_dir`` as a string. Raises ``ValueError`` for empty
+    demonstrations or non-positive ``steps``/``lr``/``batch_size``.
+    """
+    import torch
+
+    from sao_gym.learner.batching import micro_batches
+    from sao_gym.models import load_policy
+
+    demos = _check_demonstrations(demonstrations)
+    if steps < 1 or batch_size < 1 or not lr > 0 or warmup_steps < 0:
+        raise ValueError(
+            f"need steps >= 1, batch_size >= 1, lr > 0, warmup_steps >= 0; got steps={steps}, "
+            f"batch_size={batch_size}, lr={lr}, warmup_steps={warmup_steps}"
+        )
+    model, tokenizer = load_policy(policy_path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    order_rng = random.Random(seed)
+    order: list[int] = []
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        start = time.perf_counter()
+        for step in range(1, steps + 1):
+            batch: list[Rollout] = []
+            while len(batch) < min(batch_size, len(demos)):
+                if not order:
+                    order = list(range(len(demos)))
+                    order_rng.shuffle(order)
+                batch.append(demos[order.pop()])
+            step_lr = lr * min(1.0, step / warmup_steps) if warmup_steps else lr
+            for group in opt.param_groups:
+                group["lr"] = step_lr
+            mbs = micro_batches(batch, max_tokens_per_microbatch, pad_id)
+            loss, accuracy = _batch_loss(model, mbs, backward=True)
+            clip = max_grad_norm if max_grad_norm is not None else math.inf
+            norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+            if math.isfinite(loss) and math.isfinite(norm):
+                opt.step()
+            else:
+                logger.warning("sft step %d: non-finite loss or gradient; step skipped", step)
+            opt.zero_grad(set_to_none=True)
+            record = SFTStep(step, loss, accuracy, norm, step_lr,
+                             sum(mb.num_tokens for mb in mbs), time.perf_counter() - start)
+            if callback is not None:
+                callback(record)
+            if log_every and (step % log_every == 0 or step == steps):
+                logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
+                            "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
+    model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    logger.info("sft: %d steps on %d demonstrations -> %s", steps, len(demos), out)
+    return str(out)
+
+
+__all__ = [
+    "Oracle",
+    "SFTStep",
+    "acollect_demonstrations",
+    "collect_demonstrations",
+    "demonstration_loss",
+    "sft",
+]

@@ -1,0 +1,232 @@
+"""Warm start: oracle demonstrations in LLMAgent's token layout, and supervised fine-tuning."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+import sao_gym
+from sao_gym.agents import LLMAgent, parse_tool_calls
+from sao_gym.envs.arithmetic.oracle import arithmetic_oracle
+from sao_gym.inference import ScriptedBackend
+from sao_gym.models import COMPACT_TOOLS_TEMPLATE, load_policy, tiny_model
+from sao_gym.runtime.warmstart import (
+    SFTStep,
+    acollect_demonstrations,
+    collect_demonstrations,
+    demonstration_loss,
+    sft,
+)
+from sao_gym.types import StopReason
+
+ENV_ID = "sao_gym/Arithmetic-v0"
+IM_END = "<|im_end|>"
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory) -> str:
+    """A very small compact-template model: fast enough to fine-tune in a test."""
+    return tiny_model(tmp_path_factory.mktemp("warm_base"), hidden_size=64, num_layers=2,
+                      seed=0, chat_template=COMPACT_TOOLS_TEMPLATE)
+
+
+@pytest.fixture(scope="module")
+def tok(small_model):
+    return AutoTokenizer.from_pretrained(small_model)
+
+
+def enc(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def segments(mask):
+    """Runs of equal mask values as (value, start, end)."""
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out
+
+
+# ------------------------------------------------------------------ oracle
+
+
+def test_oracle_calls_the_calculator_then_submits_its_result():
+    task = {"expression": "9 - 15", "answer": "-6"}
+    assert arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}], task) == \
+        "calculator(9 - 15)"
+    assert arithmetic_oracle([{"role": "tool", "name": "calculator", "content": "-6"}], task) == \
+        "submit(-6)"
+    # after an error (or any other observation) it asks the calculator again
+    assert arithmetic_oracle([{"role": "tool", "name": "calculator", "content": "Error: x"}],
+                             task) == "calculator(9 - 15)"
+
+
+# ------------------------------------------------------------ demonstrations
+
+
+def test_demonstrations_have_the_agent_token_layout(tok):
+    demos = collect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=3, seed=5,
+                                   max_new_tokens=32)
+    assert [r.seed for r in demos] == [5, 6, 7]
+    env = sao_gym.make(ENV_ID)
+    for r in demos:
+        obs, info = env.reset(seed=r.seed)
+        task = env.unwrapped.task
+        prompt = enc(tok, tok.apply_chat_template(obs, tools=info["tools"],
+                                                  add_generation_prompt=True, tokenize=False))
+        segs = segments(r.loss_mask)
+        assert [v for v, _, _ in segs] == [0, 1, 0, 1]
+        (_, _, p_end), (_, a1, e1), (_, o1, f1), (_, a2, e2) = segs
+        assert r.token_ids[:p_end] == prompt
+        turn1, delta, turn2 = (r.token_ids[a1:e1], r.token_ids[o1:f1], r.token_ids[a2:e2])
+        first = f"calculator({task['expression']})"
+        second = f"submit({task['answer']})"
+        # each action is the oracle's text tokenized on its own, closed by <|im_end|>
+        assert turn1 == enc(tok, first) + [tok.convert_tokens_to_ids(IM_END)]
+        assert turn2 == enc(tok, second) + [tok.convert_tokens_to_ids(IM_END)]
+        # the observation is the chat template's delta for the tool message, mask 0
+        assert tok.decode(delta) == f"\n<|im_start|>tool\n{task['answer']}{IM_END}\n" \
+            "<|im_start|>assistant\n"
+        # decoding the action tokens parses back into the intended tool calls
+        for ids, name, args in ((turn1, "calculator", {"expression": task["expression"]}),
+                                (turn2, "submit", {"answer": task["answer"]})):
+            content, calls = parse_tool_calls(tok.decode(ids, skip_special_tokens=True),
+                                              info["tools"])
+            assert content == ""
+            assert [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                    for c in calls] == [(name, args)]
+        assert r.rollout_logprobs == [0.0] * len(r.token_ids)
+        assert all((v == -1) == (m == 0) for v, m in zip(r.policy_versions, r.loss_mask,
+                                                          strict=True))
+        assert (r.reward, r.terminated, r.stop_reason) == (1.0, True, StopReason.TERMINATED)
+
+
+async def test_demonstrations_match_what_llmagent_records_for_the_same_tokens(tok):
+    """Replaying a demo's action tokens through a plain LLMAgent gives the same rollout."""
+    [demo] = await acollect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=1, seed=3,
+                                           max_new_tokens=32)
+    turns = [demo.token_ids[a:e] for v, a, e in segments(demo.loss_mask) if v == 1]
+    agent = LLMAgent(ScriptedBackend(turns), tok, max_new_tokens=32)
+    again = await sao_gym.run_episode(sao_gym.make(ENV_ID), agent, seed=3)
+    assert again.token_ids == demo.token_ids and again.loss_mask == demo.loss_mask
+    assert again.messages == demo.messages
+
+
+@pytest.mark.parametrize("template", ["compact", "chatml"])
+def test_every_oracle_demo_is_rewarded(tok, tiny_model_path, template):
+    tokenizer = tok if template == "compact" else AutoTokenizer.from_pretrained(tiny_model_path)
+    demos = collect_demonstrations(ENV_ID, tokenizer, arithmetic_oracle, episodes=24, seed=100,
+                                   max_new_tokens=32)
+    assert len(demos) == 24
+    assert all(r.reward == 1.0 and r.terminated and r.metrics["turns"] == 2 for r in demos)
+
+
+def test_env_kwargs_and_agent_kwargs_are_passed_on(tok):
+    demos = collect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=4,
+                                   env_kwargs={"num_operands": 4, "max_value": 999},
+                                   max_new_tokens=40, max_context_tokens=400)
+    for r in demos:
+        assert r.reward == 1.0
+        assert r.messages[1]["content"].count(" ") == 2 + 2 * 3  # "What is a + b - c * d?"
+        assert len(r.token_ids) <= 400
+
+
+def test_a_turn_longer_than_max_new_tokens_is_an_error(tok):
+    with pytest.raises(RuntimeError, match="max_new_tokens=4"):
+        collect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=1, max_new_tokens=4)
+
+
+def test_a_broken_oracle_is_an_error(tok):
+    def oracle(messages, task):
+        raise KeyError("boom")
+
+    with pytest.raises(RuntimeError, match="demonstration 0 .*boom"):
+        collect_demonstrations(ENV_ID, tok, oracle, episodes=2)
+    with pytest.raises(RuntimeError, match="must return a str"):
+        collect_demonstrations(ENV_ID, tok, lambda m, t: 42, episodes=1)
+    with pytest.raises(ValueError, match="episodes"):
+        collect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=0)
+
+
+async def test_async_collection_inside_an_event_loop(tok):
+    demos = await acollect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=2,
+                                          max_new_tokens=32)
+    assert [r.reward for r in demos] == [1.0, 1.0]
+
+
+# ------------------------------------------------------------------------ sft
+
+
+@pytest.fixture(scope="module")
+def demos(tok):
+    return collect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=4, seed=0,
+                                  max_new_tokens=32)
+
+
+def _weights(path):
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+def test_sft_learns_the_demonstrations(small_model, tok, demos, tmp_path):
+    base, _ = load_policy(small_model)
+    before = demonstration_loss(base, demos, pad_id=tok.pad_token_id)
+    log: list[SFTStep] = []
+    out = sft(small_model, demos, out_dir=tmp_path / "warm", steps=60, lr=3e-3, batch_size=4,
+              seed=0, callback=log.append)
+    assert out == str(tmp_path / "warm")
+    assert [s.step for s in log] == list(range(1, 61))
+    model, tokenizer = load_policy(out)
+    assert tokenizer.chat_template == COMPACT_TOOLS_TEMPLATE
+    after = demonstration_loss(model, demos, pad_id=tok.pad_token_id)
+    assert after < 0.1 * before and after < 0.2
+    assert log[-1].token_accuracy > log[0].token_accuracy
+    # greedy decoding from a training prompt reproduces the oracle's first turn
+    demo = demos[0]
+    prompt_len = demo.loss_mask.index(1)
+    first_turn_end = demo.loss_mask.index(0, prompt_len)
+    prompt = torch.tensor([demo.token_ids[:prompt_len]])
+    with torch.no_grad():
+        out_ids = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                 max_new_tokens=16, do_sample=False)
+    generated = out_ids[0, prompt_len:].tolist()
+    assert generated[: first_turn_end - prompt_len] == demo.token_ids[prompt_len:first_turn_end]
+
+
+def test_sft_is_deterministic_for_a_seed(small_model, demos, tmp_path):
+    kw = {"steps": 3, "lr": 1e-3, "batch_size": 2}
+    a = _weights(sft(small_model, demos, out_dir=tmp_path / "a", seed=1, **kw))
+    b = _weights(sft(small_model, demos, out_dir=tmp_path / "b", seed=1, **kw))
+    c = _weights(sft(small_model, demos, out_dir=tmp_path / "c", seed=2, **kw))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)  # another data order
+
+
+def test_sft_leaves_the_global_rng_alone(small_model, demos, tmp_path):
+    torch.manual_seed(5)
+    expected = torch.rand(2)
+    torch.manual_seed(5)
+    sft(small_model, demos, out_dir=tmp_path / "w", steps=1, lr=1e-3, batch_size=1)
+    assert torch.equal(torch.rand(2), expected)
+
+
+def test_sft_rejects_bad_input(small_model, demos, tmp_path):
+    with pytest.raises(ValueError, match="no demonstrations"):
+        sft(small_model, [], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
+    with pytest.raises(ValueError, match="steps >= 1"):
+        sft(small_model, demos, out_dir=tmp_path / "x", steps=0, lr=1e-3, batch_size=1)
+    with pytest.raises(ValueError, match="steps >= 1"):
+        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=0.0, batch_size=1)
+    no_actions = type(demos[0])(**{**demos[0].__dict__, "loss_mask": [0] * len(demos[0].loss_mask)})
+    with pytest.raises(ValueError, match="no action tokens"):
+        sft(small_model, [no_actions], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
+    with pytest.raises(ValueError, match="no demonstrations"):
+        demonstration_loss(torch.nn.Linear(1, 1), [])
+    assert not (tmp_path / "x").exists()
