@@ -39,6 +39,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from sao_gym.utils.fs import fsync_path
+
 __all__ = ["LOGGER_NAMES", "METRICS_FILE", "FanoutLogger", "JsonlLogger", "MetricLogger",
            "TensorBoardLogger", "WandbLogger", "make_loggers", "read_metrics"]
 
@@ -116,14 +118,6 @@ def read_metrics(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return _parse(_complete_lines(path.read_bytes()), path)
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` by ``data``: temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
@@ -132,7 +126,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 def _json_value(key: str, value: Any) -> tuple[Any, bool]:

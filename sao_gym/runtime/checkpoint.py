@@ -24,29 +24,11 @@ from typing import Any
 
 import torch
 
+from sao_gym.utils.fs import fsync_path, fsync_tree
+
 logger = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^step_(\d{7})$")
-
-
-def _fsync_tree(path: Path) -> None:
-    for root, dirs, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for name in [*dirs, "."]:
-            _fsync_dir(Path(root) / name)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class CheckpointManager:
@@ -84,11 +66,11 @@ class CheckpointManager:
         if getattr(learner, "tokenizer", None) is not None:
             learner.tokenizer.save_pretrained(str(tmp / "policy"))
         (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(self.dir)
+        fsync_path(self.dir)
         for _, old in self.complete()[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         logger.info("checkpoint written: %s", final)
