@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# The suite runs offline: nothing may try the network, even by accident.
+for _key, _value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
+                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                     "HF_DATASETS_OFFLINE": "1"}.items():
+    os.environ.setdefault(_key, _value)
 
 
 @pytest.fixture(scope="session")
