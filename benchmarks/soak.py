@@ -2,7 +2,8 @@
 
 Runs the async trainer on the tiny model (Arithmetic, batch_size 4) for
 `--steps` learner steps, sampling the process RSS after every step.
-Reports RSS at step 100 and at the end, the growth after step 100, and the
+Reports RSS at step 100 and at the end, the growth after step 100 (the peak
+after step 100 over the value at step 100), and the
 number of non-finite metric values logged (JSON nulls in metrics.jsonl).
 
 Run: .venv/bin/python benchmarks/soak.py --steps 1000
@@ -18,16 +19,10 @@ import time
 from pathlib import Path
 
 from sao_gym.logging import read_metrics
-from sao_gym.models import tiny_model
+from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
 from sao_gym.runtime.config import load_config
 from sao_gym.runtime.trainer import Trainer
-
-
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+from sao_gym.utils.memory import rss_mb
 
 
 class RssProbe:
@@ -49,9 +44,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch-size", type=int, default=4)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--hidden-size", type=int, default=128, help="tiny model width (the demo's)")
+    ap.add_argument("--num-layers", type=int, default=2)
     args = ap.parse_args()
     root = Path(args.out or tempfile.mkdtemp(prefix="sao-soak-"))
-    model = tiny_model(str(root / "model"))
+    model = tiny_model(str(root / "model"), hidden_size=args.hidden_size,
+                       num_layers=args.num_layers, chat_template=COMPACT_TOOLS_TEMPLATE)
     cfg = load_config(None, [
         f"total_steps={args.steps}", f"batch_size={args.batch_size}", "concurrency=8",
         "max_new_tokens=16", "max_episode_steps=3", "max_context_tokens=1024",
@@ -65,12 +63,12 @@ def main() -> None:
     at = dict(probe.samples)
     base = at.get(100, probe.samples[0][1])
     end = probe.samples[-1][1]
+    peak = max(r for s, r in probe.samples if s >= 100) if len(probe.samples) > 100 else end
     result = {
         "steps": len(rows), "loop_seconds": round(trainer.loop_seconds, 1),
         "rss_mb_step_100": round(base, 1), "rss_mb_end": round(end, 1),
-        "rss_mb_max_after_100": round(max(r for s, r in probe.samples if s >= 100), 1)
-        if len(probe.samples) > 100 else None,
-        "rss_growth_after_100": round(end / base - 1, 4),
+        "rss_mb_max_after_100": round(peak, 1),
+        "rss_growth_after_100": round(peak / base - 1, 4),
         "nonfinite_values": nonfinite,
         "run_dir": str(root / "run"),
     }

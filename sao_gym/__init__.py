@@ -65,7 +65,22 @@ register(
     max_episode_steps=8,
 )
 register(
+    "sao_gym/MathTIR-v0",
+    "sao_gym.envs.math_tir:MathTIREnv",
+    max_episode_steps=16,
+)
+register(
+    "sao_gym/CoqProof-v0",
+    "sao_gym.envs.coq_proof:CoqProofEnv",
+    max_episode_steps=20,
+)
+register(
     "sao_gym/HeavyTail-v0",
     "sao_gym.envs.latency:HeavyTailEnv",
     max_episode_steps=16,
+)
+register(
+    "sao_gym/CodeRepo-v0",
+    "sao_gym.envs.code_repo:CodeRepoEnv",
+    max_episode_steps=50,
 )

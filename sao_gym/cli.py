@@ -14,6 +14,8 @@ Subcommands:
                               training throughput of async vs sync mode
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
+    tasks make-code-repo --package NAME [--out FILE] [--max-tasks N] [--seed S]
+                              bug-injection tasks for CodeRepo-v0 from a package's tests
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import asyncio
 import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import sao_gym
@@ -118,7 +121,7 @@ def _print_result(result: dict) -> None:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from sao_gym.runtime.checkpoint import CheckpointManager
     from sao_gym.runtime.config import load_config
-    from sao_gym.runtime.main import evaluate_policy
+    from sao_gym.runtime.main import evaluate_policy, resolve_model
 
     env, kwargs, out = args.env, {}, args.out
     if args.run:
@@ -138,9 +141,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print("FAIL: --env is required with --model", file=sys.stderr)
         return 2
     try:
-        result = evaluate_policy(model, env, args.episodes, seed=args.seed, env_kwargs=kwargs,
-                                 temperature=args.temperature,
-                                 max_new_tokens=args.max_new_tokens)
+        with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
+            if not args.run:  # `tiny` is built here, `smollm2` converted once and cached
+                model = resolve_model(model, Path(tmp), seed=0)
+            result = evaluate_policy(model, env, args.episodes, seed=args.seed, env_kwargs=kwargs,
+                                     temperature=args.temperature,
+                                     max_new_tokens=args.max_new_tokens)
     except (OSError, ValueError) as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1
@@ -201,6 +207,27 @@ def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tasks_make_code_repo(args: argparse.Namespace) -> int:
+    from sao_gym.envs.code_repo.mutate import make_bug_tasks_sync, resolve_package
+    from sao_gym.envs.code_repo.tasks import write_jsonl
+    from sao_gym.sandbox.base import SandboxError
+
+    try:
+        package = resolve_package(args.package)
+        records, stats = make_bug_tasks_sync(
+            package, max_tasks=args.max_tasks, seed=args.seed, sandbox=args.sandbox,
+            max_tries=args.max_tries, progress=lambda msg: print(msg, file=sys.stderr))
+    except (ValueError, SandboxError, OSError) as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        return 1
+    out = Path(args.out or f"{package.name}.jsonl.gz")
+    write_jsonl(out, records)
+    print(json.dumps({"out": str(out), "package": package.name, "version": package.version,
+                      "tasks": stats.kept, "tried": stats.tried, "candidates": stats.candidates,
+                      "baseline_tests": stats.baseline_tests, "rejected": stats.rejected}))
+    return 0 if stats.kept else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sao-gym``."""
     parser = argparse.ArgumentParser(prog="sao-gym", description=__doc__,
@@ -224,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="evaluate a run's policy or a model on an environment")
     which = ev.add_mutually_exclusive_group(required=True)
     which.add_argument("--run", help="a run directory (its latest checkpoint)")
-    which.add_argument("--model", help="a Hugging Face checkpoint directory")
+    which.add_argument("--model", help="a Hugging Face checkpoint directory, `tiny` (the "
+                       "demo's random tiny model) or `smollm2`")
     ev.add_argument("--env", help="environment id (default: the run's)")
     ev.add_argument("--episodes", type=int, default=64)
     ev.add_argument("--seed", type=int, default=1_000_000, help="first episode seed")
@@ -254,6 +282,19 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--extra-packages", default="", help="comma-separated Debian packages")
     build.add_argument("--rebuild", action="store_true", help="rebuild when the tag exists")
     build.set_defaults(fn=_cmd_sandbox_build_image)
+    tasks = sub.add_parser("tasks", help="make task files for environments")
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
+    mcr = tasks_sub.add_parser(
+        "make-code-repo", help="bug-injection tasks for sao_gym/CodeRepo-v0: mutate a "
+        "package's functions, keep mutants that its own tests catch")
+    mcr.add_argument("--package", required=True, help="a shipped package name, a package "
+                     "directory, an sdist .tar.gz, or a PyPI name (pip download)")
+    mcr.add_argument("--out", help="output .jsonl or .jsonl.gz (default NAME.jsonl.gz)")
+    mcr.add_argument("--max-tasks", type=int, default=20)
+    mcr.add_argument("--max-tries", type=int, default=None, help="mutants to test at most")
+    mcr.add_argument("--seed", type=int, default=0)
+    mcr.add_argument("--sandbox", default="local", help="sandbox backend (local or docker)")
+    mcr.set_defaults(fn=_cmd_tasks_make_code_repo)
     return parser
 
 

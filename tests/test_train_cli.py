@@ -14,7 +14,8 @@ from sao_gym.runtime.checkpoint import CheckpointManager
 
 SMALL = ["--set", "concurrency=2", "--set", "max_new_tokens=8", "--set", "max_episode_steps=2",
          "--set", "batch_size=1", "--set", "learner.critic_warmup_steps=0",
-         "--set", "max_context_tokens=1024", "--set", "backend_max_batch_size=2"]
+         "--set", "max_context_tokens=1024", "--set", "backend_max_batch_size=2",
+         "--set", "warm_start_steps=0", "--set", "eval_episodes=0"]
 
 
 def _train_cmd(*args):
@@ -84,3 +85,37 @@ def test_train_refuses_bad_input(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "nope")]) == 2
     assert main(["eval", "--run", str(tmp_path)]) == 2
     assert main(["eval", "--model", str(tmp_path)]) == 2  # --env missing
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["sao_gym/Arithmetic-v0", "sao_gym/MathTIR-v0",
+                                    "sao_gym/CoqProof-v0", "sao_gym/CodeRepo-v0"])
+def test_eval_runs_the_tiny_model_on_every_environment(env_id, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--model", "tiny", "--env", env_id, "--episodes", "2",
+                 "--max-new-tokens", "8", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert json.loads(capsys.readouterr().out) == result
+    assert result["env"] == env_id and result["episodes"] == 2
+    assert result["infra_failures"] == 0
+    assert 0.0 <= result["success_rate"] <= 1.0 and result["turns_mean"] >= 1
+
+
+@pytest.mark.slow
+def test_the_default_job_warm_starts_evaluates_trains_and_plots(tmp_path, capsys):
+    """The `sao-gym train` pipeline of `make demo`, shrunk: every phase leaves its artefact."""
+    run = tmp_path / "run"
+    # later --set values win over SMALL's
+    assert main(["train", *SMALL, "--set", "warm_start_steps=3", "--set", "warm_start_episodes=4",
+                 "--set", "max_new_tokens=16",
+                 "--set", "eval_episodes=2", "--set", "total_steps=2", "--out", str(run)]) == 0
+    captured = capsys.readouterr()
+    assert (run / "model" / "base" / "config.json").is_file()
+    assert (run / "model" / "warm_start" / "config.json").is_file()
+    before = json.loads((run / "eval_before.json").read_text())
+    after = json.loads((run / "eval_after.json").read_text())
+    assert before["episodes"] == after["episodes"] == 2
+    assert before["model"].endswith("warm_start") and "step_0000002" in after["model"]
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+    assert sorted(p.name for p in (run / "plots").glob("*.png"))
+    assert "warm start step 3/3" in captured.err and str(run / "plots") in captured.out

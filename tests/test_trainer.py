@@ -25,7 +25,7 @@ class FlakyArithmetic(ArithmeticEnv):
 sao_gym.register("tests/FlakyArithmetic-v0", FlakyArithmetic, max_episode_steps=4)
 
 FAST = ["max_new_tokens=12", "max_context_tokens=1024", "learner.critic_warmup_steps=0",
-        "learner.lr=1e-4", "checkpoint_every=0"]
+        "learner.lr=1e-4", "checkpoint_every=0", "concurrency=16"]
 
 
 def _train(tmp_path, tiny_model_path, *overrides):

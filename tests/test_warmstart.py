@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ IM_END = "<|im_end|>"
 @pytest.fixture(scope="module")
 def small_model(tmp_path_factory) -> str:
     """A very small compact-template model: fast enough to fine-tune in a test."""
-    return tiny_model(tmp_path_factory.mktemp("warm_base"), hidden_size=64, num_layers=2,
+    return tiny_model(tmp_path_factory.mktemp("warm_base"), hidden_size=128, num_layers=1,
                       seed=0, chat_template=COMPACT_TOOLS_TEMPLATE)
 
 
@@ -177,27 +178,29 @@ def _weights(path):
 
 def test_sft_learns_the_demonstrations(small_model, tok, demos, tmp_path):
     base, _ = load_policy(small_model)
-    before = demonstration_loss(base, demos, pad_id=tok.pad_token_id)
+    before = demonstration_loss(base, demos[:2], pad_id=tok.pad_token_id)
     log: list[SFTStep] = []
-    out = sft(small_model, demos, out_dir=tmp_path / "warm", steps=60, lr=3e-3, batch_size=4,
+    train = demos[:2]
+    out = sft(small_model, train, out_dir=tmp_path / "warm", steps=40, lr=3e-3, batch_size=2,
               seed=0, callback=log.append)
     assert out == str(tmp_path / "warm")
-    assert [s.step for s in log] == list(range(1, 61))
+    assert [s.step for s in log] == list(range(1, 41))
     model, tokenizer = load_policy(out)
     assert tokenizer.chat_template == COMPACT_TOOLS_TEMPLATE
-    after = demonstration_loss(model, demos, pad_id=tok.pad_token_id)
-    assert after < 0.1 * before and after < 0.2
+    after = demonstration_loss(model, train, pad_id=tok.pad_token_id)
+    assert after < 0.05 * before and after < 0.1
     assert log[-1].token_accuracy > log[0].token_accuracy
     # greedy decoding from a training prompt reproduces the oracle's first turn
-    demo = demos[0]
-    prompt_len = demo.loss_mask.index(1)
-    first_turn_end = demo.loss_mask.index(0, prompt_len)
-    prompt = torch.tensor([demo.token_ids[:prompt_len]])
-    with torch.no_grad():
-        out_ids = model.generate(prompt, attention_mask=torch.ones_like(prompt),
-                                 max_new_tokens=16, do_sample=False)
-    generated = out_ids[0, prompt_len:].tolist()
-    assert generated[: first_turn_end - prompt_len] == demo.token_ids[prompt_len:first_turn_end]
+    for demo in train:
+        prompt_len = demo.loss_mask.index(1)
+        first_turn_end = demo.loss_mask.index(0, prompt_len)
+        prompt = torch.tensor([demo.token_ids[:prompt_len]])
+        with torch.no_grad():
+            out_ids = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                     max_new_tokens=16, do_sample=False)
+        generated = out_ids[0, prompt_len:first_turn_end].tolist()
+        assert generated == demo.token_ids[prompt_len:first_turn_end]
+        assert tokenizer.decode(generated, skip_special_tokens=True).startswith("calculator(")
 
 
 def test_sft_is_deterministic_for_a_seed(small_model, demos, tmp_path):
@@ -230,3 +233,42 @@ def test_sft_rejects_bad_input(small_model, demos, tmp_path):
     with pytest.raises(ValueError, match="no demonstrations"):
         demonstration_loss(torch.nn.Linear(1, 1), [])
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ the train job's warm start
+def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
+    """`warm_start` binds the oracle options, seeds and batch size from the config."""
+    from sao_gym.runtime import main as train_main
+    from sao_gym.runtime import warmstart
+    from sao_gym.runtime.config import load_config
+
+    seen = {}
+
+    def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback):
+        seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed)
+        Path(out_dir).mkdir(parents=True)
+        return str(out_dir)
+
+    monkeypatch.setattr(warmstart, "sft", fake_sft)
+    cfg = load_config(None, ["warm_start_steps=7", "warm_start_episodes=6", "warm_start_lr=0.01",
+                             "warm_start_batch_size=3", "warm_start_oracle={direct_rate: 1.0}",
+                             "seed=4", "env_kwargs={max_value: 5}"])
+    out = train_main.warm_start(cfg, small_model, tmp_path)
+    assert out == str(tmp_path / "model" / "warm_start")
+    assert (seen["steps"], seen["lr"], seen["batch_size"], seen["seed"]) == (7, 0.01, 3, 4)
+    demos = seen["demos"]
+    assert len(demos) == 6 and all(r.reward == 1.0 for r in demos)
+    # direct_rate 1: every demonstration submits at once, without the calculator
+    assert all(r.metrics["turns"] == 1 for r in demos)
+    assert all(int(n) <= 5 for r in demos for n in re.findall(r"\d+", r.task_id))
+
+
+def test_oracle_for_rejects_unknown_envs_and_options():
+    from sao_gym.runtime.main import oracle_for
+
+    with pytest.raises(ValueError, match="no oracle"):
+        oracle_for("sao_gym/HeavyTail-v0")
+    oracle = oracle_for(ENV_ID, direct_rate=2.0)
+    with pytest.raises(ValueError, match="direct_rate"):
+        oracle([{"role": "user", "content": "What is 1 + 1?"}], {"id": "t", "expression": "1 + 1",
+                                                                 "answer": "2"})

@@ -10,18 +10,27 @@ because it is a third as many tokens as a JSON tool-call block.
 Nothing is computed in the model's head: what is left to learn is the tool
 protocol and exact copying, and with a short warm start (few supervised
 steps) sampling at temperature 1 still copies wrongly often enough for RL to
-have something to improve.
+have something to improve. Optionally (``direct_rate``) a share of the
+demonstrations answer at once without the calculator, which a small model
+imitates without being able to do it: RL then learns to prefer the tool.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sao_gym.types import Message
 
 
-def arithmetic_oracle(messages: Sequence[Message], task: Mapping[str, Any]) -> str:
+def arithmetic_oracle(
+    messages: Sequence[Message],
+    task: Mapping[str, Any],
+    *,
+    direct_rate: float = 0.0,
+    seed: int = 0,
+) -> str:
     """Text of the next assistant turn that solves ``task``.
 
     ``messages`` is the conversation so far (the env's reset messages, then
@@ -30,13 +39,26 @@ def arithmetic_oracle(messages: Sequence[Message], task: Mapping[str, Any]) -> s
     (``submit(-6)``); otherwise (first turn, or after an error) it calls the
     calculator on the task's expression (``calculator(9 - 15)``).
 
+    With ``direct_rate`` > 0 the oracle is a mixture of two demonstrators: on
+    that share of the tasks (chosen by a hash of ``seed`` and the task id, so
+    the same task always gets the same choice) it submits the exact answer at
+    once (``submit(-6)``), as a demonstrator that does arithmetic in its head
+    would. A small model imitating the mixture copies that habit but not the
+    skill behind it; RL can then learn that calling the calculator pays. Bind
+    the options with ``functools.partial`` to get an ``oracle(messages, task)``.
+
     >>> arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}],
     ...                   {"expression": "9 - 15"})
     'calculator(9 - 15)'
     >>> arithmetic_oracle([{"role": "tool", "name": "calculator", "content": "-6"}],
     ...                   {"expression": "9 - 15"})
     'submit(-6)'
+    >>> arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}],
+    ...                   {"id": "t", "expression": "9 - 15", "answer": "-6"}, direct_rate=1.0)
+    'submit(-6)'
     """
+    if not 0.0 <= direct_rate <= 1.0:
+        raise ValueError(f"direct_rate must be in [0, 1], got {direct_rate}")
     last = messages[-1] if messages else {}
     content = last.get("content")
     if (
@@ -47,7 +69,14 @@ def arithmetic_oracle(messages: Sequence[Message], task: Mapping[str, Any]) -> s
         and not content.startswith("Error")
     ):
         return f"submit({content})"
+    if direct_rate > 0 and _unit_hash(f"{seed}:{task['id']}") < direct_rate:
+        return f"submit({task['answer']})"
     return f"calculator({task['expression']})"
+
+
+def _unit_hash(text: str) -> float:
+    """A stable pseudo-random number in [0, 1) for ``text`` (unlike ``hash``, not salted)."""
+    return zlib.crc32(text.encode()) / 2**32
 
 
 __all__ = ["arithmetic_oracle"]

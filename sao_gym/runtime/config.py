@@ -28,6 +28,11 @@ from sao_gym.learner.sao import ALGORITHMS, LearnerConfig
 
 MODES = ("async", "sync")
 
+DEMO_LEARNER = LearnerConfig(lr=5e-4, critic_warmup_steps=0)
+"""The learner of the embedded demo (a 0.5M-parameter model learns at a far
+higher rate than the paper's 1e-6 for billion-parameter models; its critic
+learns alongside from the first step). Paper values: ``LearnerConfig()``."""
+
 
 class ConfigError(ValueError):
     """A configuration file or override is invalid."""
@@ -46,18 +51,18 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's constructor."""
     model: str = "tiny"
-    """``tiny`` (random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
-    total_steps: int = 50
+    """``tiny`` (the demo's random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
+    total_steps: int = 60
     """Learner steps to run."""
-    batch_size: int = 8
+    batch_size: int = 16
     """Rollouts per learner step."""
     group_size: int = 1
     """Rollouts per task (> 1 for the GRPO algorithms; batch_size must be a multiple)."""
     max_staleness: int = 4
     """Most policy versions between a token's sampler and the learner that trains on it."""
-    concurrency: int = 16
+    concurrency: int = 32
     """Episodes running at once."""
-    checkpoint_every: int = 25
+    checkpoint_every: int = 20
     """Learner steps between checkpoints (0: only at the end and on signals)."""
     keep_checkpoints: int = 2
     """Complete checkpoints kept on disk."""
@@ -65,30 +70,32 @@ class TrainConfig:
     """Seeds the model, the task stream and sampling."""
     logger: str = "jsonl"
     """Metric loggers, comma-separated: jsonl (always on), tensorboard, wandb."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = 24
     """Sampling budget per turn."""
     temperature: float = 1.0
     """Sampling temperature (1.0: the learner's logprobs are untempered)."""
-    max_context_tokens: int = 2048
+    max_context_tokens: int = 512
     """Token budget of a whole episode."""
     max_episode_steps: int | None = None
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
     """Retries of a task whose episode failed for infrastructure reasons."""
-    warm_start_steps: int = 0
+    warm_start_steps: int = 400
     """Supervised steps on oracle demonstrations before RL (0: none)."""
     warm_start_episodes: int = 256
     """Demonstrations collected for the warm start."""
-    warm_start_lr: float = 1e-3
-    """Learning rate of the warm start."""
-    critic_pretrain_steps: int = 0
-    """Critic-only steps on rollouts of the initial policy before RL."""
-    eval_episodes: int = 0
+    warm_start_lr: float = 3e-3
+    """Peak learning rate of the warm start (linear warm-up over its first 5% of steps)."""
+    warm_start_batch_size: int = 16
+    """Demonstrations per warm-start step."""
+    warm_start_oracle: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's demonstration oracle (see ``ORACLES``)."""
+    eval_episodes: int = 256
     """Evaluation episodes before and after RL (0: none)."""
     backend_max_batch_size: int = 32
     """Most sequences the inference backend decodes together."""
-    learner: LearnerConfig = field(default_factory=LearnerConfig)
-    """Learner hyperparameters (see docs/learner.md)."""
+    learner: LearnerConfig = field(default_factory=lambda: DEMO_LEARNER)
+    """Learner hyperparameters (see docs/learner.md); unset keys take ``DEMO_LEARNER``'s."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
@@ -97,11 +104,11 @@ class TrainConfig:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name in ("total_steps", "batch_size", "group_size", "concurrency",
                      "max_new_tokens", "max_context_tokens", "backend_max_batch_size",
-                     "keep_checkpoints"):
+                     "keep_checkpoints", "warm_start_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_staleness", "checkpoint_every", "max_infra_retries",
-                     "warm_start_steps", "eval_episodes", "critic_pretrain_steps"):
+                     "warm_start_steps", "eval_episodes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.batch_size % self.group_size:
@@ -149,6 +156,8 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
+    defaults = {f.name: f.default_factory for f in dataclasses.fields(cls)
+                if f.default_factory is not dataclasses.MISSING}
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - fields)
     if unknown:
@@ -160,7 +169,8 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         if dataclasses.is_dataclass(hint):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}{key} must be a mapping of {hint.__name__} fields")
-            value = _build(hint, value, f"{key}.")
+            base = dataclasses.asdict(defaults[key]()) if key in defaults else {}
+            value = _build(hint, {**base, **value}, f"{key}.")
         elif not _type_ok(value, hint):
             raise ConfigError(f"bad value for {where}{key}: expected {hint}, got {value!r}")
         elif hint is float or typing.get_origin(hint) in (typing.Union, types.UnionType) \

@@ -33,6 +33,7 @@ from sao_gym.runtime.checkpoint import CheckpointManager
 from sao_gym.runtime.config import TrainConfig, save_config
 from sao_gym.runtime.rollouts import RolloutSource, oldest_start
 from sao_gym.types import Rollout
+from sao_gym.utils.memory import release_free_memory, rss_mb
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class Trainer:
         cfg = self.config
         version = self.learner.policy_version
         stats = batch_metrics(batch, version)
-        metrics = await asyncio.to_thread(self.learner.update, batch)
+        metrics = await asyncio.to_thread(self._update, batch)
         await self.backend.update_weights(self.learner.policy.state_dict(),
                                           self.learner.policy_version)
         await source.set_learner_step(self.step + 1)
@@ -236,6 +237,12 @@ class Trainer:
             self.display.update(self.step, metrics)
         if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
             await asyncio.to_thread(self._checkpoint, source)
+
+    def _update(self, batch: list[Rollout]) -> dict[str, float]:
+        metrics = self.learner.update(batch)
+        release_free_memory()  # keeps the resident size flat over long runs
+        metrics["perf/rss_mb"] = rss_mb()
+        return metrics
 
     def _rates(self, source: RolloutSource, now: float) -> dict[str, float]:
         t, finished, tokens = self._last
