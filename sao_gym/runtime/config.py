@@ -58,9 +58,9 @@ class TrainConfig:
     """Rollouts per learner step."""
     group_size: int = 1
     """Rollouts per task (> 1 for the GRPO algorithms; batch_size must be a multiple)."""
-    max_staleness: int = 4
+    max_staleness: int = 1
     """Most policy versions between a token's sampler and the learner that trains on it."""
-    concurrency: int = 32
+    concurrency: int = 16
     """Episodes running at once."""
     checkpoint_every: int = 20
     """Learner steps between checkpoints (0: only at the end and on signals)."""
@@ -80,7 +80,7 @@ class TrainConfig:
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
     """Retries of a task whose episode failed for infrastructure reasons."""
-    warm_start_steps: int = 400
+    warm_start_steps: int = 500
     """Supervised steps on oracle demonstrations before RL (0: none)."""
     warm_start_episodes: int = 256
     """Demonstrations collected for the warm start."""
