@@ -88,6 +88,8 @@ class TrainConfig:
     """Peak learning rate of the warm start (linear warm-up over its first 5% of steps)."""
     warm_start_batch_size: int = 16
     """Demonstrations per warm-start step."""
+    warm_start_label_smoothing: float = 0.0
+    """Label smoothing of the warm start (keeps the policy exploring at temperature 1)."""
     warm_start_oracle: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's demonstration oracle (see ``ORACLES``)."""
     eval_episodes: int = 256

@@ -96,7 +96,8 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
 
     return sft(base, demos, out_dir=str(out), steps=config.warm_start_steps,
                lr=config.warm_start_lr, batch_size=config.warm_start_batch_size,
-               warmup_steps=config.warm_start_steps // 20, seed=config.seed, callback=report)
+               warmup_steps=config.warm_start_steps // 20, seed=config.seed, callback=report,
+               label_smoothing=config.warm_start_label_smoothing)
 
 
 def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,

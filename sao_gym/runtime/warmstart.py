@@ -220,12 +220,14 @@ def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
 
 
 def _batch_loss(
-    model: torch.nn.Module, mbs: Sequence[Any], *, backward: bool
+    model: torch.nn.Module, mbs: Sequence[Any], *, backward: bool, label_smoothing: float = 0.0
 ) -> tuple[float, float]:
     """Sum of action-token NLL and of argmax hits over micro-batches; backward optional.
 
     The loss of each micro-batch is divided by the action tokens of all of
-    them, so accumulated gradients are those of the batch's token mean.
+    them, so accumulated gradients are those of the batch's token mean. With
+    ``label_smoothing`` = e the gradient is that of ``(1 - e) * NLL + e *
+    (mean over the vocabulary of -log p)``; the returned loss is the NLL.
     """
     import torch
 
@@ -242,7 +244,12 @@ def _batch_loss(
             logp = token_logprobs(logits, ids)
             loss = -(logp * mask).sum() / n_tok
             if backward:
-                loss.backward()
+                objective = loss
+                if label_smoothing:
+                    uniform = -torch.log_softmax(logits[:, :-1].float(), -1).mean(-1)
+                    smooth = (uniform * mask[:, 1:]).sum() / n_tok
+                    objective = (1 - label_smoothing) * loss + label_smoothing * smooth
+                objective.backward()
         total += float(loss.detach())
         with torch.no_grad():
             pred = logits[:, :-1].argmax(-1)
@@ -287,6 +294,7 @@ def sft(
     max_grad_norm: float | None = 1.0,
     log_every: int = 10,
     callback: Callable[[SFTStep], None] | None = None,
+    label_smoothing: float = 0.0,
 ) -> str:
     """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
 
@@ -312,6 +320,8 @@ def sft(
     from sao_gym.models import load_policy
 
     demos = _check_demonstrations(demonstrations)
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     if steps < 1 or batch_size < 1 or not lr > 0 or warmup_steps < 0:
         raise ValueError(
             f"need steps >= 1, batch_size >= 1, lr > 0, warmup_steps >= 0; got steps={steps}, "
@@ -337,7 +347,8 @@ def sft(
             for group in opt.param_groups:
                 group["lr"] = step_lr
             mbs = micro_batches(batch, max_tokens_per_microbatch, pad_id)
-            loss, accuracy = _batch_loss(model, mbs, backward=True)
+            loss, accuracy = _batch_loss(model, mbs, backward=True,
+                                         label_smoothing=label_smoothing)
             clip = max_grad_norm if max_grad_norm is not None else math.inf
             norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
             if math.isfinite(loss) and math.isfinite(norm):
