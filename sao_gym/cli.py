@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -303,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # "Loading weights" bars of every model load drown the job's progress
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     return args.fn(args)
 
 

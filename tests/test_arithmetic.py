@@ -65,6 +65,16 @@ def test_calculator_rejects_bad_expressions(expr, reason):
         evaluate(expr)
 
 
+def test_model_written_garbage_raises_no_python_warning():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="cannot parse"):
+            evaluate("1if 2")
+    assert [str(w.message) for w in caught] == []
+
+
 def test_calculator_tool_reports_errors_as_observations():
     env = ArithmeticEnv()
     env.reset(seed=0)

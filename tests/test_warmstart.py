@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from pathlib import Path
 
@@ -68,6 +70,33 @@ def test_oracle_calls_the_calculator_then_submits_its_result():
                              task) == "calculator(9 - 15)"
 
 
+def test_a_slip_changes_exactly_one_digit_of_the_submitted_result():
+    from sao_gym.envs.arithmetic.oracle import _slip
+
+    for number in ("0", "-6", "7", "120", "-305", "3.25", "99999"):
+        for k in range(40):
+            slipped = _slip(number, k / 40)
+            assert len(slipped) == len(number), (number, slipped)
+            diff = [(a, b) for a, b in zip(number, slipped, strict=True) if a != b]
+            assert len(diff) == 1, (number, slipped)
+            assert diff[0][0].isdigit() and diff[0][1].isdigit()
+
+
+def test_slip_rate_picks_that_share_of_tasks_stably():
+    tool = [{"role": "tool", "name": "calculator", "content": "-6"}]
+    tasks = [{"id": f"t{i}", "expression": "9 - 15", "answer": "-6"} for i in range(2000)]
+    slipped = [arithmetic_oracle(tool, t, slip_rate=0.3, seed=1) != "submit(-6)" for t in tasks]
+    assert 0.26 < sum(slipped) / len(tasks) < 0.34
+    # the same task and seed always get the same demonstration; another seed, other tasks
+    assert slipped == [arithmetic_oracle(tool, t, slip_rate=0.3, seed=1) != "submit(-6)"
+                       for t in tasks]
+    assert slipped != [arithmetic_oracle(tool, t, slip_rate=0.3, seed=2) != "submit(-6)"
+                       for t in tasks]
+    # the calculator turn is never slipped
+    assert arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}], tasks[0],
+                             slip_rate=1.0) == "calculator(9 - 15)"
+
+
 # ------------------------------------------------------------ demonstrations
 
 
@@ -126,6 +155,14 @@ def test_every_oracle_demo_is_rewarded(tok, tiny_model_path, template):
                                    max_new_tokens=32)
     assert len(demos) == 24
     assert all(r.reward == 1.0 and r.terminated and r.metrics["turns"] == 2 for r in demos)
+
+
+def test_slipped_demonstrations_earn_nothing(tok):
+    oracle = functools.partial(arithmetic_oracle, slip_rate=0.5, seed=3)
+    demos = collect_demonstrations(ENV_ID, tok, oracle, episodes=40, seed=7)
+    rewards = [r.reward for r in demos]
+    assert set(rewards) == {0.0, 1.0} and 10 <= rewards.count(0.0) <= 30
+    assert all(r.metrics["turns"] == 2 for r in demos)
 
 
 def test_env_kwargs_and_agent_kwargs_are_passed_on(tok):
@@ -203,6 +240,47 @@ def test_sft_learns_the_demonstrations(small_model, tok, demos, tmp_path):
         assert tokenizer.decode(generated, skip_special_tokens=True).startswith("calculator(")
 
 
+def test_sequence_success_is_the_probability_of_each_demonstration(small_model, tok, demos):
+    from sao_gym.learner.batching import token_logprobs
+    from sao_gym.runtime.warmstart import sequence_success
+
+    model, _ = load_policy(small_model)
+    expected = []
+    for demo in demos:  # one rollout at a time, no padding: the slow reference
+        ids = torch.tensor([demo.token_ids])
+        with torch.no_grad():
+            logp = token_logprobs(model(input_ids=ids).logits, ids)[0]
+        mask = demo.loss_mask
+        expected.append(math.exp(sum(lp for lp, m in zip(logp.tolist(), mask, strict=True) if m)))
+    got = sequence_success(model, demos, pad_id=tok.pad_token_id)
+    assert got == pytest.approx(sum(expected) / len(expected), rel=1e-4)
+    assert 0.0 <= got < 0.01  # an untrained model reproduces nothing
+
+
+def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos, tmp_path):
+    from sao_gym.runtime.warmstart import sequence_success
+
+    log: list[SFTStep] = []
+    kw = {"steps": 60, "lr": 3e-3, "batch_size": 2, "seed": 0, "check_every": 5}
+    out = sft(small_model, demos[:2], out_dir=tmp_path / "a", holdout=demos[:2],
+              target_success=0.5, callback=log.append, **kw)
+    checks = [s for s in log if s.holdout_success is not None]
+    assert [s.step for s in checks] == list(range(5, log[-1].step + 1, 5))
+    assert checks[-1].holdout_success >= 0.5 > max(s.holdout_success for s in checks[:-1])
+    assert log[-1].step < 60  # stopped at the first check past the target
+    model, _ = load_policy(out)
+    assert sequence_success(model, demos[:2], pad_id=tok.pad_token_id) == pytest.approx(
+        checks[-1].holdout_success, rel=1e-4)
+    # an unreachable target runs every step; no target, no checks
+    log.clear()
+    sft(small_model, demos[:2], out_dir=tmp_path / "b", holdout=demos[2:], target_success=1.0,
+        callback=log.append, **{**kw, "steps": 6})
+    assert [s.step for s in log if s.holdout_success is not None] == [5, 6]
+    log.clear()
+    sft(small_model, demos[:2], out_dir=tmp_path / "c", callback=log.append, **{**kw, "steps": 3})
+    assert len(log) == 3 and all(s.holdout_success is None for s in log)
+
+
 def test_sft_is_deterministic_for_a_seed(small_model, demos, tmp_path):
     kw = {"steps": 3, "lr": 1e-3, "batch_size": 2}
     a = _weights(sft(small_model, demos, out_dir=tmp_path / "a", seed=1, **kw))
@@ -232,6 +310,12 @@ def test_sft_rejects_bad_input(small_model, demos, tmp_path):
         sft(small_model, [no_actions], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
     with pytest.raises(ValueError, match="no demonstrations"):
         demonstration_loss(torch.nn.Linear(1, 1), [])
+    with pytest.raises(ValueError, match="needs holdout"):
+        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
+            target_success=0.5)
+    with pytest.raises(ValueError, match="target_success"):
+        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
+            holdout=demos, target_success=1.5)
     with pytest.raises(ValueError, match="label_smoothing"):
         sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
             label_smoothing=1.0)
@@ -274,14 +358,16 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     seen = {}
 
     def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback,
-                 label_smoothing):
-        seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed)
+                 label_smoothing, holdout, target_success):
+        seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
+                    holdout=holdout, target=target_success)
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
     monkeypatch.setattr(warmstart, "sft", fake_sft)
     cfg = load_config(None, ["warm_start_steps=7", "warm_start_episodes=6", "warm_start_lr=0.01",
                              "warm_start_batch_size=3", "warm_start_oracle={direct_rate: 1.0}",
+                             "warm_start_target_success=0.7", "warm_start_holdout_episodes=5",
                              "seed=4", "env_kwargs={max_value: 5}"])
     out = train_main.warm_start(cfg, small_model, tmp_path)
     assert out == str(tmp_path / "model" / "warm_start")
@@ -291,6 +377,9 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     # direct_rate 1: every demonstration submits at once, without the calculator
     assert all(r.metrics["turns"] == 1 for r in demos)
     assert all(int(n) <= 5 for r in demos for n in re.findall(r"\d+", r.task_id))
+    # the early stop sees rewarded demonstrations of other episodes (other env seeds)
+    assert seen["target"] == 0.7 and len(seen["holdout"]) == 5
+    assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
 def test_oracle_for_rejects_unknown_envs_and_options():
@@ -298,7 +387,8 @@ def test_oracle_for_rejects_unknown_envs_and_options():
 
     with pytest.raises(ValueError, match="no oracle"):
         oracle_for("sao_gym/HeavyTail-v0")
-    oracle = oracle_for(ENV_ID, direct_rate=2.0)
-    with pytest.raises(ValueError, match="direct_rate"):
-        oracle([{"role": "user", "content": "What is 1 + 1?"}], {"id": "t", "expression": "1 + 1",
-                                                                 "answer": "2"})
+    for name in ("direct_rate", "slip_rate"):
+        oracle = oracle_for(ENV_ID, **{name: 2.0})
+        with pytest.raises(ValueError, match=name):
+            oracle([{"role": "user", "content": "What is 1 + 1?"}],
+                   {"id": "t", "expression": "1 + 1", "answer": "2"})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import warnings
 from fractions import Fraction
 
 MAX_EXPRESSION_CHARS = 200
@@ -32,7 +33,9 @@ def evaluate(expression: str) -> Fraction:
     if len(expression) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        with warnings.catch_warnings():  # e.g. "invalid decimal literal" for "1x"
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(expression.strip(), mode="eval")
     except (SyntaxError, ValueError) as e:
         raise ValueError(f"cannot parse expression: {e.msg if hasattr(e, 'msg') else e}") from None
     return _eval(tree.body)

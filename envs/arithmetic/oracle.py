@@ -8,11 +8,20 @@ reads (and that :data:`~sao_gym.models.COMPACT_TOOLS_TEMPLATE` advertises),
 because it is a third as many tokens as a JSON tool-call block.
 
 Nothing is computed in the model's head: what is left to learn is the tool
-protocol and exact copying, and with a short warm start (few supervised
-steps) sampling at temperature 1 still copies wrongly often enough for RL to
-have something to improve. Optionally (``direct_rate``) a share of the
-demonstrations answer at once without the calculator, which a small model
-imitates without being able to do it: RL then learns to prefer the tool.
+protocol and exact copying. Two options make the demonstrator imperfect, so
+that a model imitating it has something left for RL to improve:
+
+- ``slip_rate``: on that share of the tasks the demonstrator miscopies one
+  digit of the calculator's result when it submits (a sloppy teacher). A
+  model trained on these demonstrations reproduces the slips at temperature
+  1; reward tells RL which copies were right, and it learns to stop slipping
+  (the embedded demo's warm start uses this).
+- ``direct_rate``: on that share of the tasks it submits the answer at once,
+  without the calculator, a habit a small model copies without the skill
+  behind it; RL then learns that calling the calculator pays.
+
+Which tasks get a slip or a direct answer is a stable hash of ``seed`` and the
+task id, so the same task always gets the same demonstration.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ def arithmetic_oracle(
     task: Mapping[str, Any],
     *,
     direct_rate: float = 0.0,
+    slip_rate: float = 0.0,
     seed: int = 0,
 ) -> str:
     """Text of the next assistant turn that solves ``task``.
@@ -44,8 +54,12 @@ def arithmetic_oracle(
     the same task always gets the same choice) it submits the exact answer at
     once (``submit(-6)``), as a demonstrator that does arithmetic in its head
     would. A small model imitating the mixture copies that habit but not the
-    skill behind it; RL can then learn that calling the calculator pays. Bind
-    the options with ``functools.partial`` to get an ``oracle(messages, task)``.
+    skill behind it; RL can then learn that calling the calculator pays.
+
+    With ``slip_rate`` > 0, on that share of the tasks (an independent hash)
+    the submitted number has one digit replaced by another digit (``submit(-8)``
+    after a result of ``-6``), so those demonstrations earn reward 0. Bind the
+    options with ``functools.partial`` to get an ``oracle(messages, task)``.
 
     >>> arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}],
     ...                   {"expression": "9 - 15"})
@@ -56,9 +70,13 @@ def arithmetic_oracle(
     >>> arithmetic_oracle([{"role": "user", "content": "What is 9 - 15?"}],
     ...                   {"id": "t", "expression": "9 - 15", "answer": "-6"}, direct_rate=1.0)
     'submit(-6)'
+    >>> arithmetic_oracle([{"role": "tool", "name": "calculator", "content": "-6"}],
+    ...                   {"id": "t", "expression": "9 - 15"}, slip_rate=1.0) != 'submit(-6)'
+    True
     """
-    if not 0.0 <= direct_rate <= 1.0:
-        raise ValueError(f"direct_rate must be in [0, 1], got {direct_rate}")
+    for name, rate in (("direct_rate", direct_rate), ("slip_rate", slip_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {rate}")
     last = messages[-1] if messages else {}
     content = last.get("content")
     if (
@@ -68,10 +86,28 @@ def arithmetic_oracle(
         and content
         and not content.startswith("Error")
     ):
+        key = f"{seed}:{task.get('id')}"
+        if slip_rate > 0 and _unit_hash(f"slip:{key}") < slip_rate:
+            return f"submit({_slip(content, _unit_hash(f'digit:{key}'))})"
         return f"submit({content})"
     if direct_rate > 0 and _unit_hash(f"{seed}:{task['id']}") < direct_rate:
         return f"submit({task['answer']})"
     return f"calculator({task['expression']})"
+
+
+def _slip(number: str, u: float) -> str:
+    """``number`` with one of its digits (chosen by ``u`` in [0, 1)) replaced by another.
+
+    >>> _slip("-6", 0.0), _slip("120", 0.5), _slip("3.5", 0.99)
+    ('-7', '170', '3.4')
+    """
+    positions = [i for i, c in enumerate(number) if c.isdigit()]
+    if not positions:
+        return number + "0"
+    k = int(u * len(positions) * 9)
+    i = positions[k // 9]
+    digit = (int(number[i]) + 1 + k % 9) % 10
+    return number[:i] + str(digit) + number[i + 1:]
 
 
 def _unit_hash(text: str) -> float:

@@ -52,7 +52,7 @@ class TrainConfig:
     """Keyword arguments of the environment's constructor."""
     model: str = "tiny"
     """``tiny`` (the demo's random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
-    total_steps: int = 60
+    total_steps: int = 150
     """Learner steps to run."""
     batch_size: int = 16
     """Rollouts per learner step."""
@@ -62,7 +62,7 @@ class TrainConfig:
     """Most policy versions between a token's sampler and the learner that trains on it."""
     concurrency: int = 16
     """Episodes running at once."""
-    checkpoint_every: int = 20
+    checkpoint_every: int = 50
     """Learner steps between checkpoints (0: only at the end and on signals)."""
     keep_checkpoints: int = 2
     """Complete checkpoints kept on disk."""
@@ -80,9 +80,9 @@ class TrainConfig:
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
     """Retries of a task whose episode failed for infrastructure reasons."""
-    warm_start_steps: int = 500
-    """Supervised steps on oracle demonstrations before RL (0: none)."""
-    warm_start_episodes: int = 256
+    warm_start_steps: int = 1500
+    """Most supervised steps on oracle demonstrations before RL (0: no warm start)."""
+    warm_start_episodes: int = 2048
     """Demonstrations collected for the warm start."""
     warm_start_lr: float = 3e-3
     """Peak learning rate of the warm start (linear warm-up over its first 5% of steps)."""
@@ -90,6 +90,12 @@ class TrainConfig:
     """Demonstrations per warm-start step."""
     warm_start_label_smoothing: float = 0.0
     """Label smoothing of the warm start (keeps the policy exploring at temperature 1)."""
+    warm_start_target_success: float | None = 0.4
+    """Stop the warm start early once it would solve this share of held-out tasks at
+    temperature 1 (``sequence_success`` of ``warm_start_holdout_episodes``
+    demonstrations); ``warm_start_steps`` is then the maximum. None: run every step."""
+    warm_start_holdout_episodes: int = 64
+    """Held-out demonstrations (tasks not trained on) for the early stop."""
     warm_start_oracle: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's demonstration oracle (see ``ORACLES``)."""
     eval_episodes: int = 256
@@ -106,13 +112,17 @@ class TrainConfig:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         for name in ("total_steps", "batch_size", "group_size", "concurrency",
                      "max_new_tokens", "max_context_tokens", "backend_max_batch_size",
-                     "keep_checkpoints", "warm_start_batch_size"):
+                     "keep_checkpoints", "warm_start_batch_size",
+                     "warm_start_holdout_episodes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("max_staleness", "checkpoint_every", "max_infra_retries",
                      "warm_start_steps", "eval_episodes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        target = self.warm_start_target_success
+        if target is not None and not 0.0 < target <= 1.0:
+            raise ConfigError(f"warm_start_target_success must be in (0, 1] or null, got {target}")
         if self.batch_size % self.group_size:
             raise ConfigError(f"batch_size ({self.batch_size}) must be a multiple of "
                               f"group_size ({self.group_size})")

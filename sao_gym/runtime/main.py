@@ -82,22 +82,37 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
     if (out / "config.json").exists():
         return str(out)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    demos = collect_demonstrations(
-        config.env, tokenizer, oracle_for(config.env, **config.warm_start_oracle),
-        episodes=config.warm_start_episodes,
-        seed=config.seed + 10_000_000, env_kwargs=config.env_kwargs,
-        max_new_tokens=config.max_new_tokens, max_context_tokens=config.max_context_tokens)
+    oracle = oracle_for(config.env, **config.warm_start_oracle)
+    target = config.warm_start_target_success
+
+    def demonstrations(episodes: int, seed: int) -> list:
+        return collect_demonstrations(
+            config.env, tokenizer, oracle, episodes=episodes, seed=seed,
+            env_kwargs=config.env_kwargs, max_new_tokens=config.max_new_tokens,
+            max_context_tokens=config.max_context_tokens)
+
+    demos = demonstrations(config.warm_start_episodes, config.seed + 10_000_000)
+    holdout = None
+    if target is not None:  # rewarded demonstrations of other tasks
+        holdout = [r for r in demonstrations(config.warm_start_holdout_episodes,
+                                             config.seed + 20_000_000) if r.reward > 0]
     every = max(1, config.warm_start_steps // 10)
 
     def report(s: SFTStep) -> None:
-        if s.step % every == 0 or s.step == config.warm_start_steps:
+        reached = s.holdout_success is not None and s.holdout_success >= target
+        if s.step % every == 0 or s.step == config.warm_start_steps or reached:
+            held = ("" if s.holdout_success is None
+                    else f", held-out success {s.holdout_success:.3f}")
             say(f"warm start step {s.step}/{config.warm_start_steps}: loss {s.loss:.3f}, "
-                f"token accuracy {s.token_accuracy:.3f} ({s.elapsed_s:.0f} s)")
+                f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
+        if reached:
+            say(f"warm start stopped: held-out success reached the target {target}")
 
     return sft(base, demos, out_dir=str(out), steps=config.warm_start_steps,
                lr=config.warm_start_lr, batch_size=config.warm_start_batch_size,
                warmup_steps=config.warm_start_steps // 20, seed=config.seed, callback=report,
-               label_smoothing=config.warm_start_label_smoothing)
+               label_smoothing=config.warm_start_label_smoothing,
+               holdout=holdout or None, target_success=target if holdout else None)
 
 
 def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,

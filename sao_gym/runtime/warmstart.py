@@ -205,6 +205,8 @@ class SFTStep:
     """Tokens (prompt and observations included) in the batch."""
     elapsed_s: float
     """Seconds since ``sft`` started training."""
+    holdout_success: float | None = None
+    """:func:`sequence_success` on the held-out demonstrations after this step (on check steps)."""
 
 
 def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
@@ -279,6 +281,43 @@ def demonstration_loss(
     return loss
 
 
+def sequence_success(
+    model: torch.nn.Module,
+    demonstrations: Sequence[Rollout],
+    *,
+    pad_id: int = 0,
+    max_tokens_per_microbatch: int = 8192,
+) -> float:
+    """Mean probability that sampling at temperature 1 reproduces each demonstration.
+
+    For each rollout, ``exp(-sum of action-token NLL)``: the chance that the
+    policy, fed the same observations, samples exactly the demonstrated
+    action tokens. Over rewarded demonstrations of held-out tasks this
+    estimates (from below: other token paths may also succeed) the success
+    rate of sampled episodes, without playing any.
+    """
+    import torch
+
+    from sao_gym.learner.batching import micro_batches, token_logprobs
+
+    demos = _check_demonstrations(demonstrations)
+    was_training = model.training
+    model.eval()
+    probs: list[float] = []
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for mb in micro_batches(demos, max_tokens_per_microbatch, pad_id):
+                ids = mb.input_ids_BT.to(device)
+                logits = model(input_ids=ids,
+                               attention_mask=mb.attention_mask_BT.to(device)).logits
+                logp = (token_logprobs(logits, ids) * mb.action_mask_BT.to(device)).sum(-1)
+                probs += logp.exp().tolist()
+    finally:
+        model.train(was_training)
+    return sum(probs) / len(probs)
+
+
 def sft(
     policy_path: str | Path,
     demonstrations: Sequence[Rollout],
@@ -295,6 +334,9 @@ def sft(
     log_every: int = 10,
     callback: Callable[[SFTStep], None] | None = None,
     label_smoothing: float = 0.0,
+    holdout: Sequence[Rollout] | None = None,
+    target_success: float | None = None,
+    check_every: int = 10,
 ) -> str:
     """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
 
@@ -313,6 +355,14 @@ def sft(
     (an HF checkpoint any backend or :func:`~sao_gym.learner.sao.build_learner`
     loads); returns ``out_dir`` as a string. Raises ``ValueError`` for empty
     demonstrations or non-positive ``steps``/``lr``/``batch_size``.
+
+    Early stop: with ``holdout`` (demonstrations of tasks not trained on) and
+    ``target_success``, every ``check_every`` steps :func:`sequence_success`
+    of the holdout is measured (``SFTStep.holdout_success``) and training
+    stops once it reaches the target, so ``steps`` is then a maximum. A warm
+    start that should leave room for RL stops at a chosen level of skill
+    rather than after a step count, which small models reach at very
+    different times depending on their initialization.
     """
     import torch
 
@@ -320,6 +370,14 @@ def sft(
     from sao_gym.models import load_policy
 
     demos = _check_demonstrations(demonstrations)
+    if target_success is not None:
+        if not holdout:
+            raise ValueError("target_success needs holdout demonstrations")
+        if not 0.0 < target_success <= 1.0:
+            raise ValueError(f"target_success must be in (0, 1], got {target_success}")
+        if check_every < 1:
+            raise ValueError(f"check_every must be >= 1, got {check_every}")
+        holdout = _check_demonstrations(holdout)
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     if steps < 1 or batch_size < 1 or not lr > 0 or warmup_steps < 0:
@@ -356,19 +414,27 @@ def sft(
             else:
                 logger.warning("sft step %d: non-finite loss or gradient; step skipped", step)
             opt.zero_grad(set_to_none=True)
+            held = None
+            if target_success is not None and (step % check_every == 0 or step == steps):
+                held = sequence_success(model, holdout, pad_id=pad_id,
+                                        max_tokens_per_microbatch=max_tokens_per_microbatch)
             record = SFTStep(step, loss, accuracy, norm, step_lr,
-                             sum(mb.num_tokens for mb in mbs), time.perf_counter() - start)
+                             sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held)
             if callback is not None:
                 callback(record)
             if log_every and (step % log_every == 0 or step == steps):
                 logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
                             "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
+            if held is not None and held >= target_success:
+                logger.info("sft: held-out success %.3f reached the target %.3f at step %d",
+                            held, target_success, step)
+                break
     model.eval()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    logger.info("sft: %d steps on %d demonstrations -> %s", steps, len(demos), out)
+    logger.info("sft: %d steps on %d demonstrations -> %s", step, len(demos), out)
     return str(out)
 
 
@@ -378,5 +444,6 @@ __all__ = [
     "acollect_demonstrations",
     "collect_demonstrations",
     "demonstration_loss",
+    "sequence_success",
     "sft",
 ]
