@@ -13,6 +13,18 @@ def test_defaults_and_overrides():
     assert load_config(None, ["logger=tensorboard,jsonl"]).loggers == ["jsonl", "tensorboard"]
 
 
+def test_env_kwargs_default_to_the_demo_options_of_that_env_only():
+    from sao_gym.runtime.config import DEMO_ENV_KWARGS
+
+    demo = DEMO_ENV_KWARGS["sao_gym/Arithmetic-v0"]
+    assert demo and TrainConfig().env_kwargs == demo
+    assert TrainConfig().env_kwargs is not demo  # a copy: configs never share it
+    # another environment gets its own defaults, explicit options replace the demo's
+    assert load_config(None, ["env=sao_gym/MathTIR-v0"]).env_kwargs == {}
+    assert load_config(None, ["env_kwargs={}"]).env_kwargs == {}
+    assert load_config(None, ["env_kwargs.max_value=5"]).env_kwargs == {"max_value": 5}
+
+
 def test_yaml_file_and_round_trip(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("algorithm: grpo\ngroup_size: 4\nbatch_size: 8\nlearner:\n  eps_low: 0.25\n")

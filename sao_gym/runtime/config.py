@@ -28,10 +28,18 @@ from sao_gym.learner.sao import ALGORITHMS, LearnerConfig
 
 MODES = ("async", "sync")
 
-DEMO_LEARNER = LearnerConfig(lr=5e-4, critic_warmup_steps=0)
+DEMO_LEARNER = LearnerConfig(lr=2e-4, critic_warmup_steps=0)
 """The learner of the embedded demo (a 0.5M-parameter model learns at a far
 higher rate than the paper's 1e-6 for billion-parameter models; its critic
 learns alongside from the first step). Paper values: ``LearnerConfig()``."""
+
+
+DEMO_ENV_KWARGS: dict[str, dict[str, Any]] = {"sao_gym/Arithmetic-v0": {"operators": "+"}}
+"""Environment options of the embedded demo, used when a config gives no ``env_kwargs``.
+
+Additions only: the tiny model learns to copy numbers within a few hundred
+supervised steps on every seed tried, while copying the operator out of
+three took some seeds over 1,000 (docs/benchmarks.md)."""
 
 
 class ConfigError(ValueError):
@@ -48,11 +56,12 @@ class TrainConfig:
     """async (SAO: each rollout trains as soon as a batch is in) or sync (batch baseline)."""
     env: str = "sao_gym/Arithmetic-v0"
     """Registered environment id."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the environment's constructor."""
+    env_kwargs: dict[str, Any] | None = None
+    """Keyword arguments of the environment's constructor (None: ``DEMO_ENV_KWARGS[env]``
+    when the demo has options for ``env``, else none)."""
     model: str = "tiny"
     """``tiny`` (the demo's random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
-    total_steps: int = 150
+    total_steps: int = 100
     """Learner steps to run."""
     batch_size: int = 16
     """Rollouts per learner step."""
@@ -106,6 +115,8 @@ class TrainConfig:
     """Learner hyperparameters (see docs/learner.md); unset keys take ``DEMO_LEARNER``'s."""
 
     def __post_init__(self) -> None:
+        if self.env_kwargs is None:
+            object.__setattr__(self, "env_kwargs", dict(DEMO_ENV_KWARGS.get(self.env, {})))
         if self.algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.mode not in MODES:
