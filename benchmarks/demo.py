@@ -3,9 +3,11 @@
 For each seed: run `sao-gym train --out OUT/seedN --set seed=N` (the job
 `make demo` runs; extra `--set` options pass through) as its own process and
 time it, then evaluate with the `sao-gym eval` command, on the same episodes
-(seeds from 1,000,000, never trained on) at temperature 1:
+(seeds from 1,000,000, never trained on) of the run's environment and options
+at temperature 1:
 
-- the warm-start checkpoint (`--model OUT/seedN/model/warm_start`),
+- the warm-start checkpoint (`--model OUT/seedN/model/warm_start --env ...
+  --env-kwargs ...`),
 - the run's last checkpoint (`--run OUT/seedN`).
 
 The gain is the second success rate minus the first. Prints a table, writes
@@ -27,8 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 SAO_GYM = str(Path(sys.executable).with_name("sao-gym"))
-ENV_ID = "sao_gym/Arithmetic-v0"
 
 
 def sao_gym(*args: str) -> str:
@@ -40,8 +43,8 @@ def sao_gym(*args: str) -> str:
 
 
 def evaluate(target: list[str], episodes: int) -> float:
-    out = sao_gym("eval", *target, "--env", ENV_ID, "--episodes", str(episodes),
-                  "--max-new-tokens", "24", "--out", "/dev/null")
+    out = sao_gym("eval", *target, "--episodes", str(episodes), "--max-new-tokens", "24",
+                  "--out", "/dev/null")
     return float(json.loads(out)["success_rate"])
 
 
@@ -53,7 +56,9 @@ def run_seed(seed: int, out: Path, overrides: list[str], episodes: int) -> dict:
     start = time.monotonic()
     sao_gym("train", "--out", str(run_dir), *sets)
     wall = time.monotonic() - start
-    warm = evaluate(["--model", str(run_dir / "model" / "warm_start")], episodes)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())  # the run's env and options
+    warm = evaluate(["--model", str(run_dir / "model" / "warm_start"), "--env", config["env"],
+                     "--env-kwargs", json.dumps(config["env_kwargs"])], episodes)
     final = evaluate(["--run", str(run_dir)], episodes)
     row = {"seed": seed, "train_wall_s": round(wall, 1), "warm_success": warm,
            "final_success": final, "gain": round(final - warm, 4)}
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [run_seed(seed, args.out, args.set, args.episodes) for seed in args.seeds]
     runs = [str(args.out / f"seed{s}") for s in args.seeds]
     plots = sao_gym("plot", runs[0], *(["--compare", *runs[1:]] if len(runs) > 1 else []),
-                    "--out", str(args.out / "plots")).split()
+                    "--out", str(args.out / "plots"), "--smooth", "0.9").split()
     median = {k: statistics.median(r[k] for r in rows)
               for k in ("train_wall_s", "warm_success", "final_success", "gain")}
     print(f"median of {len(rows)}: train {median['train_wall_s'] / 60:.1f} min, success "

@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import yaml
+
 import sao_gym
 
 
@@ -141,6 +143,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if env is None:
         print("FAIL: --env is required with --model", file=sys.stderr)
         return 2
+    if args.env_kwargs is not None:
+        try:
+            kwargs = yaml.safe_load(args.env_kwargs)
+        except yaml.YAMLError as e:
+            kwargs = e
+        if not isinstance(kwargs, dict):
+            print(f"FAIL: --env-kwargs must be a YAML mapping, got {args.env_kwargs!r}",
+                  file=sys.stderr)
+            return 2
     try:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
             if not args.run:  # `tiny` is built here, `smollm2` converted once and cached
@@ -148,7 +159,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             result = evaluate_policy(model, env, args.episodes, seed=args.seed, env_kwargs=kwargs,
                                      temperature=args.temperature,
                                      max_new_tokens=args.max_new_tokens)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
         print(f"FAIL: {e}", file=sys.stderr)
         return 1
     text = json.dumps(result, indent=2)
@@ -255,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--model", help="a Hugging Face checkpoint directory, `tiny` (the "
                        "demo's random tiny model) or `smollm2`")
     ev.add_argument("--env", help="environment id (default: the run's)")
+    ev.add_argument("--env-kwargs", metavar="YAML",
+                    help="environment options as a YAML mapping, e.g. '{operators: \"+\"}' "
+                    "(default: the run's, when --env is not given; else none)")
     ev.add_argument("--episodes", type=int, default=64)
     ev.add_argument("--seed", type=int, default=1_000_000, help="first episode seed")
     ev.add_argument("--temperature", type=float, default=1.0)

@@ -87,6 +87,19 @@ def test_train_refuses_bad_input(tmp_path, capsys):
     assert main(["eval", "--model", str(tmp_path)]) == 2  # --env missing
 
 
+def test_eval_takes_environment_options(tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    base = ["eval", "--model", "tiny", "--env", "sao_gym/Arithmetic-v0", "--episodes", "2",
+            "--max-new-tokens", "8", "--out", str(out)]
+    assert main([*base, "--env-kwargs", '{operators: "+", max_value: 5}']) == 0
+    assert json.loads(out.read_text())["env_kwargs"] == {"operators": "+", "max_value": 5}
+    capsys.readouterr()
+    assert main([*base, "--env-kwargs", "[1, 2]"]) == 2
+    assert "YAML mapping" in capsys.readouterr().err
+    assert main([*base, "--env-kwargs", "{bogus: 1}"]) == 1  # the env rejects it, clearly
+    assert "bogus" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["sao_gym/Arithmetic-v0", "sao_gym/MathTIR-v0",
                                     "sao_gym/CoqProof-v0", "sao_gym/CodeRepo-v0"])

@@ -147,7 +147,8 @@ def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int =
     start = time.monotonic()
     rollouts = asyncio.run(play())
     summary = EpisodeSummary.of(rollouts).__dict__
-    return {**summary, "model": str(policy_path), "env": env_id, "seed": seed,
+    return {**summary, "model": str(policy_path), "env": env_id,
+            "env_kwargs": dict(env_kwargs or {}), "seed": seed,
             "temperature": temperature, "elapsed_s": round(time.monotonic() - start, 2)}
 
 
