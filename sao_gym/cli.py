@@ -146,8 +146,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.env_kwargs is not None:
         try:
             kwargs = yaml.safe_load(args.env_kwargs)
-        except yaml.YAMLError as e:
-            kwargs = e
+        except yaml.YAMLError:
+            kwargs = None
         if not isinstance(kwargs, dict):
             print(f"FAIL: --env-kwargs must be a YAML mapping, got {args.env_kwargs!r}",
                   file=sys.stderr)

@@ -37,7 +37,7 @@ from typing import Any
 
 from sao_gym.envs.code_repo import grading
 from sao_gym.envs.code_repo.tasks import RepoTask, load_tasks, patched_paths, tasks_from_records
-from sao_gym.sandbox import SandboxError, SandboxUnavailable, make_sandbox
+from sao_gym.sandbox import SandboxError, SandboxUnavailable, make_sandbox, start_sandbox
 from sao_gym.sandbox.base import ExecResult, Sandbox, resolve_in_workdir
 from sao_gym.tools import ToolEnv, ToolError, ToolResult, tool
 from sao_gym.types import Message, StopReason
@@ -178,13 +178,7 @@ class CodeRepoEnv(ToolEnv):
         if task.swe is not None and backend == "docker" and task.swe.image:
             spec = {**({"backend": "docker"} if isinstance(spec, str) else dict(spec)),
                     "image": task.swe.image}
-        sandbox = make_sandbox(spec)
-        try:
-            await sandbox.start()
-        except BaseException:
-            await sandbox.aclose()
-            raise
-        return sandbox
+        return await start_sandbox(spec)
 
     async def _populate(self, task: RepoTask) -> None:
         sb = self._require_sandbox()

@@ -32,7 +32,7 @@ from sao_gym.envs.math_tir.data import (
     task_from_dict,
 )
 from sao_gym.envs.math_tir.verify import MAX_ANSWER_CHARS, extract_boxed, grade_answer
-from sao_gym.sandbox import ExecResult, Sandbox, make_sandbox
+from sao_gym.sandbox import ExecResult, Sandbox, make_sandbox, start_sandbox
 from sao_gym.tools import ToolEnv, ToolError, ToolResult, tool
 from sao_gym.types import Message
 
@@ -186,13 +186,7 @@ class MathTIREnv(ToolEnv):
     async def _get_sandbox(self) -> Sandbox:
         """The episode's sandbox, started at its first use."""
         if self._sandbox is None:
-            sandbox = make_sandbox(self._sandbox_spec)
-            try:
-                await sandbox.start()
-            except BaseException:
-                await sandbox.aclose()
-                raise
-            self._sandbox = sandbox
+            self._sandbox = await start_sandbox(self._sandbox_spec)
         return self._sandbox
 
     # ----- tools -----

@@ -23,11 +23,12 @@ see :func:`sao_gym.envs.arithmetic.oracle.arithmetic_oracle`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,6 +260,17 @@ def _batch_loss(
     return total, hits / n_tok
 
 
+@contextlib.contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """``model.eval()`` for the block, then back to the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def demonstration_loss(
     model: torch.nn.Module,
     demonstrations: Sequence[Rollout],
@@ -270,14 +282,10 @@ def demonstration_loss(
     from sao_gym.learner.batching import micro_batches
 
     demos = _check_demonstrations(demonstrations)
-    was_training = model.training
-    model.eval()
-    try:
+    with _eval_mode(model):
         loss, _ = _batch_loss(
             model, micro_batches(demos, max_tokens_per_microbatch, pad_id), backward=False
         )
-    finally:
-        model.train(was_training)
     return loss
 
 
@@ -301,20 +309,14 @@ def sequence_success(
     from sao_gym.learner.batching import micro_batches, token_logprobs
 
     demos = _check_demonstrations(demonstrations)
-    was_training = model.training
-    model.eval()
     probs: list[float] = []
     device = next(model.parameters()).device
-    try:
-        with torch.no_grad():
-            for mb in micro_batches(demos, max_tokens_per_microbatch, pad_id):
-                ids = mb.input_ids_BT.to(device)
-                logits = model(input_ids=ids,
-                               attention_mask=mb.attention_mask_BT.to(device)).logits
-                logp = (token_logprobs(logits, ids) * mb.action_mask_BT.to(device)).sum(-1)
-                probs += logp.exp().tolist()
-    finally:
-        model.train(was_training)
+    with _eval_mode(model), torch.no_grad():
+        for mb in micro_batches(demos, max_tokens_per_microbatch, pad_id):
+            ids = mb.input_ids_BT.to(device)
+            logits = model(input_ids=ids, attention_mask=mb.attention_mask_BT.to(device)).logits
+            logp = (token_logprobs(logits, ids) * mb.action_mask_BT.to(device)).sum(-1)
+            probs += logp.exp().tolist()
     return sum(probs) / len(probs)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "SandboxUnavailable",
     "backend_class",
     "make_sandbox",
+    "start_sandbox",
 ]
 
 
@@ -81,6 +82,17 @@ def make_sandbox(spec: str | Mapping[str, Any] = "local") -> Sandbox:
         return cls(**options)
     except TypeError as e:
         raise ValueError(f"bad options for the {cls.__name__} sandbox: {e}") from None
+
+
+async def start_sandbox(spec: str | Mapping[str, Any] = "local") -> Sandbox:
+    """:func:`make_sandbox` and start it; a sandbox that fails to start is closed."""
+    sandbox = make_sandbox(spec)
+    try:
+        await sandbox.start()
+    except BaseException:
+        await sandbox.aclose()
+        raise
+    return sandbox
 
 
 def __getattr__(name: str) -> Any:
