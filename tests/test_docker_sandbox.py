@@ -246,6 +246,19 @@ async def test_aclose_removes_the_container_and_is_idempotent(docker_ready):
         await sandbox.run("true")
 
 
+async def test_cancelled_start_leaves_no_container(docker_ready):
+    sandbox = DockerSandbox()
+    task = asyncio.create_task(sandbox.start())
+    await asyncio.sleep(0.05)  # the container is being made on a thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await sandbox.aclose()
+    await asyncio.sleep(2.0)  # long enough for a start that went on unseen to finish
+    assert docker_ready.api.containers(
+        all=True, filters={"label": f"{LABEL}.id={sandbox.id}"}) == []
+
+
 async def test_dead_container_is_a_crash(docker_ready):
     from sao_gym.sandbox.base import SandboxCrashed
 

@@ -88,9 +88,13 @@ class RawResult:
 
 
 class StreamPump:
-    """Reads Docker's multiplexed exec stream (8-byte frame headers), writes stdin."""
+    """Reads Docker's multiplexed exec stream (8-byte frame headers), writes stdin.
 
-    def __init__(self, sock: socket.socket, stdin: bytes | None, cap: int | None):
+    ``early`` is the start of the stream already read off the socket (see :func:`hijacked`).
+    """
+
+    def __init__(self, sock: socket.socket, stdin: bytes | None, cap: int | None,
+                 early: bytes = b""):
         self.sock = sock
         self.cap = cap
         self.out = {1: bytearray(), 2: bytearray()}
@@ -103,6 +107,8 @@ class StreamPump:
         self._poller.register(sock, select.POLLIN)
         if stdin is not None and not stdin:
             self._close_stdin()
+        if early:  # stream bytes the HTTP client read along with the headers
+            self._feed(early)
 
     def _close_stdin(self) -> None:
         self._stdin = None
@@ -169,6 +175,28 @@ def raw_socket(sock: Any) -> socket.socket:
         return inner
     raise SandboxUnavailable(f"unsupported Docker transport ({type(sock).__name__}); use a "
                              "unix:// or tcp:// DOCKER_HOST")
+
+
+def hijacked(stream: Any) -> tuple[socket.socket, bytes]:
+    """The socket of an ``exec_start(socket=True)`` stream, and the bytes already read from it.
+
+    The HTTP client reads the ``101 UPGRADED`` headers through a buffered
+    reader, which takes whatever else had arrived in the same read: when the
+    command's first output lands with the headers (a fast command, a stalled
+    reader), those bytes sit in that buffer, not in the socket. They are the
+    start of the stream. Leaves the socket non-blocking.
+    """
+    sock = raw_socket(stream)
+    sock.setblocking(False)
+    response = getattr(stream, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    early = b""
+    if reader is not None:
+        try:  # at most one non-blocking read of the socket when nothing is buffered
+            early = reader.read1(1 << 20) or b""
+        except (OSError, ValueError):  # a closed reader, or an SSL want-read
+            early = b""
+    return sock, early
 
 
 def tar_dir(local_dir: str) -> bytes:

@@ -57,8 +57,8 @@ from sao_gym.sandbox._docker_exec import (
     WRITE,
     RawResult,
     StreamPump,
+    hijacked,
     parse_oom_kills,
-    raw_socket,
     tar_dir,
 )
 from sao_gym.sandbox.base import (
@@ -218,12 +218,26 @@ class DockerSandbox:
 
     # ----- lifecycle -----
     async def start(self) -> None:
-        """Create and start the container (idempotent)."""
+        """Create and start the container (idempotent).
+
+        Cancelling it waits for the container being made, so that
+        :meth:`aclose` finds and removes it.
+        """
         async with self._start_lock:
             if self._closed:
                 raise SandboxError("this DockerSandbox is closed; make a new one")
             if self.container_id is None:
-                await _in_thread(self._start_sync)
+                making = asyncio.ensure_future(_in_thread(self._start_sync))
+                try:
+                    await asyncio.shield(making)
+                except asyncio.CancelledError:
+                    await asyncio.wait([making])
+                    if not making.cancelled():
+                        making.exception()  # retrieved: the cancellation is what propagates
+                    raise
+                finally:
+                    if self._closed and self.container_id is not None:  # closed meanwhile
+                        await self.aclose()
 
     async def aclose(self) -> None:
         """Force-remove the container and everything in it. Idempotent."""
@@ -450,14 +464,17 @@ class DockerSandbox:
         try:
             exec_id = api.exec_create(self.container_id, argv, stdin=stdin is not None,
                                       user=self.user, environment=dict(env) or None)["Id"]
-            sock = raw_socket(api.exec_start(exec_id, socket=True))
+            # keep what exec_start returned until the end: it holds the HTTP response,
+            # and collecting that response closes the socket under the pump
+            stream = api.exec_start(exec_id, socket=True)
+            sock, early = hijacked(stream)
         except docker.errors.APIError as e:
             if e.status_code in (404, 409):
                 raise self._crashed("the container is gone or not running") from e
             raise SandboxError(f"docker exec failed: {e}") from e
         except Exception as e:  # noqa: BLE001
             raise _unavailable(e) from e
-        pump = StreamPump(sock, stdin, cap)
+        pump = StreamPump(sock, stdin, cap, early)
         try:
             timed_out = self._drive(pump, exec_id, t0 + timeout_s, cancel)
             exit_code = self._exit_code(exec_id)
@@ -469,6 +486,7 @@ class DockerSandbox:
             raise _unavailable(e) from e
         finally:
             sock.close()
+            stream.close()
         if self._closed:
             raise SandboxError("the sandbox was closed while the command ran")
         return RawResult(exit_code, bytes(pump.out[1]), bytes(pump.out[2]), pump.truncated,
@@ -487,10 +505,14 @@ class DockerSandbox:
                 self._kill_all()
                 killed_at = now
             elif killed_at is None and now >= next_poll:
-                # The command exited but something (e.g. a child that killed
-                # the wrapper) still holds the stream open: end it.
+                # The wrapper died of a signal (e.g. the command killed it), so
+                # nothing killed what it left, which may hold the stream open:
+                # end it. A wrapper that exited on its own killed the rest
+                # itself, and a needless kill signal could land on the next
+                # command.
                 next_poll = now + 1.0
-                if not self._docker.api.exec_inspect(exec_id).get("Running", True):
+                code = self._exec_exit(exec_id)
+                if code is not None and code >= 128:
                     self._kill_all()
                     killed_at = now
             if killed_at is not None and now - killed_at > KILL_GRACE_S:
@@ -499,12 +521,18 @@ class DockerSandbox:
             pump.step(max(0.0, min(until - now, 1.0)))
         return timed_out
 
+    def _exec_exit(self, exec_id: str) -> int | None:
+        """The exec's exit code, ``None`` while it runs (or has not started)."""
+        info = self._docker.api.exec_inspect(exec_id)
+        code = info.get("ExitCode")
+        return None if info.get("Running", True) or code is None else int(code)
+
     def _exit_code(self, exec_id: str) -> int:
         """The exec's exit code; the stream can close a moment before it is recorded."""
         for _ in range(200):
-            info = self._docker.api.exec_inspect(exec_id)
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                return int(info["ExitCode"])
+            code = self._exec_exit(exec_id)
+            if code is not None:
+                return code
             time.sleep(0.01)
         raise self._crashed("the command's exit status never arrived")
 

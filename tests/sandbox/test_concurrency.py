@@ -23,7 +23,11 @@ async def test_64_concurrent_sandboxes(make_sandbox):
         return result.stdout
 
     start = time.perf_counter()
-    outputs = await asyncio.gather(*(one(i) for i in range(N)))
+    # return_exceptions: every task ends before the fixture checks for leftovers
+    outputs = await asyncio.gather(*(one(i) for i in range(N)), return_exceptions=True)
+    errors = [o for o in outputs if isinstance(o, BaseException)]
+    if errors:
+        raise errors[0]
     assert outputs == [f"{i * i} {i}\n" for i in range(N)]
     print(f"{N} sandboxes in {time.perf_counter() - start:.1f} s")
 
