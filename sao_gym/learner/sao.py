@@ -46,6 +46,7 @@ from sao_gym.learner import advantages as adv_lib
 from sao_gym.learner import losses
 from sao_gym.learner.batching import MicroBatch, mean_entropy, micro_batches, token_logprobs
 from sao_gym.learner.critic import ValueModel
+from sao_gym.learner.schedule import LR_SCHEDULES, lr_scale
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
@@ -93,6 +94,11 @@ class LearnerConfig:
     """Policy optimizer steps per learner step (the batch is split)."""
     max_tokens_per_microbatch: int = 16384
     """Padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    lr_schedule: str = "constant"
+    """``constant``, ``linear`` or ``cosine``: both learning rates fall from their
+    base value to ``lr_final_ratio`` times it over the run's total steps."""
+    lr_final_ratio: float = 0.1
+    """Share of the base learning rates left at the end of a decaying schedule."""
     max_grad_norm: float | None = 1.0
     """Gradient-norm clipping for both models; ``None`` disables clipping."""
     weight_decay: float = 0.0
@@ -115,6 +121,10 @@ class LearnerConfig:
             raise ValueError("critic_updates and critic_warmup_steps must be >= 0")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
             raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if not 0.0 <= self.lr_final_ratio <= 1.0:
+            raise ValueError(f"lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}")
 
 
 @dataclass
@@ -148,7 +158,11 @@ class Learner:
     """Trains a policy (and a critic, if the algorithm has one) from rollouts."""
 
     def __init__(self, algorithm: str, policy: torch.nn.Module, critic: ValueModel | None,
-                 config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None):
+                 config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None,
+                 total_steps: int | None = None):
+        lr_scale(0, total_steps, config.lr_schedule, config.lr_final_ratio)  # checks
+        self.total_steps = total_steps
+        """Length of the run, for a decaying ``lr_schedule``."""
         self.algorithm = algorithm
         self.tokenizer = tokenizer
         self.config = config
@@ -172,6 +186,15 @@ class Learner:
         self.critic_opt = (self._optimizer(critic, config.critic_lr or 5 * config.lr)
                            if critic is not None else None)
 
+    def _set_lr(self) -> float:
+        """Apply this step's ``lr_schedule`` factor to both optimizers; returns the policy lr."""
+        c = self.config
+        scale = lr_scale(self.step, self.total_steps, c.lr_schedule, c.lr_final_ratio)
+        for opt, base in ((self.policy_opt, c.lr), (self.critic_opt, c.critic_lr or 5 * c.lr)):
+            for group in (opt.param_groups if opt is not None else ()):
+                group["lr"] = base * scale
+        return c.lr * scale
+
     def _optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
         return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
@@ -194,6 +217,7 @@ class Learner:
             advantages = self._outcome_advantages(rollouts, mbs)
         policy_start = time.perf_counter()
         train_policy = self.critic is None or self.step >= self.config.critic_warmup_steps
+        metrics["learner/lr"] = self._set_lr()
         if train_policy:
             metrics.update(self._train_policy(mbs, advantages))
         self.step += 1
@@ -424,11 +448,12 @@ def _explained_variance(values, returns, mbs) -> float:
 
 
 def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None = None,
-                  *, critic_path: str | None = None) -> Learner:
+                  *, critic_path: str | None = None, total_steps: int | None = None) -> Learner:
     """Load the policy (and critic, for ``sao``/``vapo``) from ``policy_path``.
 
     The critic starts from the policy checkpoint with a fresh head, or from a
     critic saved by :meth:`Learner.save_models` (``critic_path``).
+    ``total_steps`` (the run's length) is needed by a decaying ``lr_schedule``.
     """
     from sao_gym.models import load_policy
 
@@ -444,4 +469,5 @@ def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None
                                             dtype=getattr(torch, config.dtype),
                                             device=config.device, seed=config.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer)
+    return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer,
+                   total_steps=total_steps)

@@ -91,7 +91,8 @@ class Trainer:
         cfg = self.config
         sao_gym.make(cfg.env, **cfg.env_kwargs).close()  # fail fast on a bad env config
         state: dict[str, Any] = {"next_seed": cfg.seed}
-        self.learner = build_learner(cfg.algorithm, self.policy_path, cfg.learner)
+        self.learner = build_learner(cfg.algorithm, self.policy_path, cfg.learner,
+                                     total_steps=cfg.total_steps)
         serve_from = self.policy_path
         latest = self.checkpoints.latest() if self.resume else None
         if latest is not None:

@@ -1,0 +1,33 @@
+"""Learning-rate schedules of the learner: a factor on the base rates per step.
+
+Pure and derived from the learner step alone, so a resumed run continues the
+schedule exactly (the step is in every checkpoint).
+
+>>> [round(lr_scale(s, 10, "linear", 0.1), 2) for s in (0, 5, 10, 20)]
+[1.0, 0.55, 0.1, 0.1]
+>>> round(lr_scale(5, 10, "cosine", 0.0), 3), lr_scale(7, None, "constant", 0.1)
+(0.5, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+
+LR_SCHEDULES = ("constant", "linear", "cosine")
+
+
+def lr_scale(step: int, total_steps: int | None, schedule: str, final_ratio: float) -> float:
+    """Factor on the base learning rates for learner step ``step`` (0-based).
+
+    ``constant``: 1. ``linear`` and ``cosine`` fall from 1 at step 0 to
+    ``final_ratio`` at ``total_steps`` and stay there.
+    """
+    if schedule not in LR_SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {schedule!r}")
+    if schedule == "constant":
+        return 1.0
+    if not total_steps or total_steps < 1:
+        raise ValueError(f"lr_schedule {schedule!r} needs total_steps >= 1, got {total_steps}")
+    progress = min(1.0, max(0, step) / total_steps)
+    shape = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+    return final_ratio + (1.0 - final_ratio) * shape

@@ -1,0 +1,88 @@
+"""Learning-rate schedules: the pure factor, and the learner applying it step by step."""
+
+import io
+import math
+import random
+
+import pytest
+import torch
+
+from sao_gym.learner.sao import LearnerConfig, build_learner
+from sao_gym.learner.schedule import lr_scale
+from tests.learner_helpers import random_multiturn
+
+
+def test_linear_and_cosine_hand_values():
+    assert lr_scale(0, 8, "linear", 0.0) == 1.0
+    assert lr_scale(2, 8, "linear", 0.0) == pytest.approx(0.75)
+    assert lr_scale(2, 8, "linear", 0.2) == pytest.approx(0.2 + 0.8 * 0.75)
+    assert lr_scale(8, 8, "linear", 0.2) == pytest.approx(0.2)
+    assert lr_scale(50, 8, "linear", 0.2) == pytest.approx(0.2)  # stays at the floor
+    assert lr_scale(2, 8, "cosine", 0.0) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert lr_scale(4, 8, "cosine", 0.1) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert lr_scale(8, 8, "cosine", 0.1) == pytest.approx(0.1)
+    assert lr_scale(123, None, "constant", 0.0) == 1.0
+
+
+def test_bad_schedules_are_refused():
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        lr_scale(0, 10, "step", 0.1)
+    with pytest.raises(ValueError, match="needs total_steps"):
+        lr_scale(0, None, "linear", 0.1)
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        LearnerConfig(lr_schedule="exp")
+    with pytest.raises(ValueError, match="lr_final_ratio"):
+        LearnerConfig(lr_final_ratio=1.5)
+
+
+def _batch(policy, n, seed=0):
+    rng = random.Random(seed)
+    return [random_multiturn(policy, rng, reward=float(i % 2), task_id=f"t{i}") for i in range(n)]
+
+
+def test_learner_needs_the_run_length_for_a_decaying_schedule(tiny_model_path):
+    with pytest.raises(ValueError, match="needs total_steps"):
+        build_learner("sao", tiny_model_path, LearnerConfig(lr_schedule="linear"))
+
+
+def test_learner_applies_the_schedule_to_both_optimizers(tiny_model_path):
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, lr_schedule="linear",
+                        lr_final_ratio=0.1)
+    learner = build_learner("sao", tiny_model_path, cfg, total_steps=4)
+    rollouts = _batch(learner.policy, 4)
+    for k in range(6):
+        m = learner.update(rollouts)
+        scale = 1.0 - 0.9 * min(k, 4) / 4
+        assert m["learner/lr"] == pytest.approx(1e-3 * scale)
+        assert learner.policy_opt.param_groups[0]["lr"] == pytest.approx(1e-3 * scale)
+        assert learner.critic_opt.param_groups[0]["lr"] == pytest.approx(5e-3 * scale)
+
+
+def test_a_spent_schedule_stops_moving_the_weights(tiny_model_path):
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, lr_schedule="linear",
+                        lr_final_ratio=0.0)
+    learner = build_learner("running_mean", tiny_model_path, cfg, total_steps=1)
+    rollouts = _batch(learner.policy, 4)
+    before = {n: p.clone() for n, p in learner.policy.state_dict().items()}
+    learner.update(rollouts)  # step 0: full lr
+    moved = {n: p.clone() for n, p in learner.policy.state_dict().items()}
+    assert not all(torch.equal(before[n], p) for n, p in moved.items())
+    learner.update(rollouts)  # step 1 = total_steps: lr 0
+    assert all(torch.equal(moved[n], p) for n, p in learner.policy.state_dict().items())
+
+
+def test_resume_continues_the_schedule(tiny_model_path):
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, lr_schedule="cosine")
+    a = build_learner("sao", tiny_model_path, cfg, total_steps=5)
+    rollouts = _batch(a.policy, 4, seed=2)
+    a.update(rollouts)
+    a.update(rollouts)
+    buf = io.BytesIO()
+    torch.save(a.state_dict(), buf)
+    buf.seek(0)
+    b = build_learner("sao", tiny_model_path, cfg, total_steps=5)
+    b.load_state_dict(torch.load(buf, weights_only=False))
+    ma, mb = a.update(rollouts), b.update(rollouts)
+    expected = 1e-3 * lr_scale(2, 5, "cosine", 0.1)
+    assert ma["learner/lr"] == mb["learner/lr"] == pytest.approx(expected)
+    assert all(torch.equal(p, b.policy.state_dict()[n]) for n, p in a.policy.state_dict().items())
