@@ -182,16 +182,19 @@ class Learner:
         self.baseline = (adv_lib.RunningMeanBaseline(
             config.running_mean_window, per_prompt=config.running_mean_per_prompt)
             if algorithm == "running_mean" else None)
+        critic_lr = config.critic_lr or 5 * config.lr
         self.policy_opt = self._optimizer(policy, config.lr)
-        self.critic_opt = (self._optimizer(critic, config.critic_lr or 5 * config.lr)
-                           if critic is not None else None)
+        self.critic_opt = self._optimizer(critic, critic_lr) if critic is not None else None
+        self._base_lrs = [(self.policy_opt, config.lr)]  # what lr_schedule scales
+        if self.critic_opt is not None:
+            self._base_lrs.append((self.critic_opt, critic_lr))
 
     def _set_lr(self) -> float:
         """Apply this step's ``lr_schedule`` factor to both optimizers; returns the policy lr."""
         c = self.config
         scale = lr_scale(self.step, self.total_steps, c.lr_schedule, c.lr_final_ratio)
-        for opt, base in ((self.policy_opt, c.lr), (self.critic_opt, c.critic_lr or 5 * c.lr)):
-            for group in (opt.param_groups if opt is not None else ()):
+        for opt, base in self._base_lrs:
+            for group in opt.param_groups:
                 group["lr"] = base * scale
         return c.lr * scale
 

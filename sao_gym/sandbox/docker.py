@@ -236,7 +236,7 @@ class DockerSandbox:
                         making.exception()  # retrieved: the cancellation is what propagates
                     raise
                 finally:
-                    if self._closed and self.container_id is not None:  # closed meanwhile
+                    if self._closed:  # closed while the container was made: remove it
                         await self.aclose()
 
     async def aclose(self) -> None:
