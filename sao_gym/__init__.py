@@ -1,7 +1,9 @@
 """sao_gym: agentic Gymnasium environments and SAO training for LLM agents.
 
 Importing ``sao_gym`` registers the built-in environments on Gymnasium's
-registry and stays light (no torch import).
+registry and stays light (no torch import: training is the ``train`` extra).
+Ids of other modules and packages (``"module:id"``, the ``sao_gym.envs``
+entry points) resolve in :func:`make`; see :mod:`sao_gym.registration`.
 
 Example:
     >>> import sao_gym

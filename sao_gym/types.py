@@ -185,6 +185,12 @@ class Rollout:
     """Seed passed to reset."""
     metrics: dict[str, float] = field(default_factory=dict)
     """Numeric per-episode metrics (turns, tokens, reward components, ...)."""
+    start_version: int | None = None
+    """Policy version that sampled the episode's first action token (-1 when it has
+    none). Derived from ``policy_versions`` when not given."""
+    group_id: int | None = None
+    """Id of the group the rollout source sampled this rollout in (rollouts of one
+    task sampled together share it; GRPO normalises within it). ``None``: no group."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -198,6 +204,10 @@ class Rollout:
             raise ValueError(f"Rollout fields must have len(token_ids)={n}; got {bad}")
         if not isinstance(self.stop_reason, StopReason):
             object.__setattr__(self, "stop_reason", StopReason(self.stop_reason))
+        if self.start_version is None:
+            first = next((v for v, m in zip(self.policy_versions, self.loss_mask, strict=True)
+                          if m), -1)
+            object.__setattr__(self, "start_version", int(first))
 
     @property
     def num_action_tokens(self) -> int:

@@ -19,6 +19,12 @@ conversation's size is bounded by ``max_context_tokens`` (estimated at 4
 bytes per token, like :class:`~sao_gym.wrappers.TokenBudget`): the step that
 crosses it is truncated with ``stop_reason`` ``max_tokens``.
 
+The sandbox comes from a :class:`~sao_gym.sandbox.SandboxPool` (the
+``sandbox_pool`` argument, or the pool shared by everything on the event loop
+that uses the same spec: :func:`~sao_gym.sandbox.shared_pool`); reset leases
+and awaits it (the repository is written at once), the next reset or
+``close`` releases it, closing it (one sandbox per episode).
+
 Sandbox failures that are not the agent's doing (the sandbox cannot start,
 crashes, an image is missing) propagate as :class:`SandboxError` and mark the
 rollout as an infrastructure failure; the agent's own timeouts, crashes and
@@ -37,7 +43,13 @@ from typing import Any
 
 from sao_gym.envs.code_repo import grading
 from sao_gym.envs.code_repo.tasks import RepoTask, load_tasks, patched_paths, tasks_from_records
-from sao_gym.sandbox import SandboxError, SandboxUnavailable, make_sandbox, start_sandbox
+from sao_gym.sandbox import (
+    EpisodeSandbox,
+    SandboxError,
+    SandboxPool,
+    SandboxUnavailable,
+    make_sandbox,
+)
 from sao_gym.sandbox.base import ExecResult, Sandbox, resolve_in_workdir
 from sao_gym.tools import ToolEnv, ToolError, ToolResult, tool
 from sao_gym.types import Message, StopReason
@@ -70,7 +82,11 @@ class CodeRepoEnv(ToolEnv):
             ``"humaneval"``, ``"bugs"``, a path to a ``.jsonl``/``.jsonl.gz``
             file (bug tasks from ``sao-gym tasks make-code-repo`` or SWE-bench
             style instances), or a list of records / :class:`RepoTask`.
-        sandbox: anything :func:`~sao_gym.sandbox.make_sandbox` accepts.
+        sandbox: anything :func:`~sao_gym.sandbox.make_sandbox` accepts (a
+            ``"pool"`` entry configures the shared pool: :data:`~sao_gym.sandbox.POOL_OPTIONS`).
+        sandbox_pool: take sandboxes from this pool (the caller owns it; the
+            per-task Docker image of SWE instances then does not apply)
+            instead of the shared pool of ``sandbox``.
         partial_credit: reward the product of the FAIL_TO_PASS and
             PASS_TO_PASS pass fractions instead of 0 when unresolved.
         max_context_tokens: truncate the episode once the conversation is
@@ -90,6 +106,7 @@ class CodeRepoEnv(ToolEnv):
         *,
         tasks: str | Sequence[Any] = "all",
         sandbox: str | Mapping[str, Any] = "local",
+        sandbox_pool: SandboxPool | None = None,
         partial_credit: bool = False,
         max_context_tokens: int | None = 32_768,
         command_timeout_s: float = 30.0,
@@ -102,6 +119,8 @@ class CodeRepoEnv(ToolEnv):
         if not isinstance(sandbox, (str, Mapping)):
             raise ValueError(f"sandbox must be a backend name or a mapping, got {sandbox!r}")
         make_sandbox(sandbox)  # fail early on a bad spec (builds, does not start)
+        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
+            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         for name, value in (("command_timeout_s", command_timeout_s),
                             ("test_timeout_s", test_timeout_s),
                             ("test_timeout_per_test_s", test_timeout_per_test_s)):
@@ -130,21 +149,21 @@ class CodeRepoEnv(ToolEnv):
         self.max_file_bytes = max_file_bytes
         self.task: dict[str, Any] | None = None
         self.repo_task: RepoTask | None = None
-        self._sandbox: Sandbox | None = None
+        self._box = EpisodeSandbox(sandbox_pool, owner=self)
         self._tokens = 0
         self.timings: dict[str, deque[float]] = {}
         """Env-side seconds of the last 1000 calls of each tool, by name (for benchmarks)."""
 
     # ----- episode life cycle -----
     async def on_reset(self, options: dict[str, Any]) -> tuple[list[Message], dict[str, Any]]:
-        """Pick a task, build its repository in a fresh sandbox."""
+        """Pick a task, build its repository in a fresh sandbox (the last one is released)."""
         task = self._pick(options)
-        await self._close_sandbox()
         self.repo_task, self.task = task, task.public()
-        self._sandbox = await self._start_sandbox(task)
+        await self._box.lease(self._sandbox_spec(task))
+        sandbox = await self._box.get()
         await self._populate(task)
         obs: list[Message] = [
-            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=self._sandbox.workdir)},
+            {"role": "system", "content": SYSTEM_PROMPT.format(workdir=sandbox.workdir)},
             {"role": "user", "content": task.prompt},
         ]
         self._tokens = sum(approx_token_count(message_text(m)) for m in obs)
@@ -172,13 +191,21 @@ class CodeRepoEnv(ToolEnv):
             return tasks_from_records([choice], 'options["task"]')[0]
         raise ValueError('options["task"] must be a task id, an index or a task record')
 
-    async def _start_sandbox(self, task: RepoTask) -> Sandbox:
-        spec: str | dict[str, Any] = self.sandbox_spec
+    def _sandbox_spec(self, task: RepoTask) -> str | Mapping[str, Any]:
+        """The env's spec; with Docker, a SWE instance's own image (its own pool, not warm)."""
+        spec = self.sandbox_spec
         backend = spec if isinstance(spec, str) else str(spec.get("backend", "local"))
         if task.swe is not None and backend == "docker" and task.swe.image:
-            spec = {**({"backend": "docker"} if isinstance(spec, str) else dict(spec)),
-                    "image": task.swe.image}
-        return await start_sandbox(spec)
+            options = {"backend": "docker"} if isinstance(spec, str) else dict(spec)
+            if isinstance(options.get("pool"), Mapping):  # no warm containers per image
+                options["pool"] = {**options["pool"], "size": 0}
+            spec = {**options, "image": task.swe.image}
+        return spec
+
+    @property
+    def _sandbox(self) -> Sandbox | None:
+        """The episode's started sandbox (``None`` outside an episode)."""
+        return self._box.sandbox
 
     async def _populate(self, task: RepoTask) -> None:
         sb = self._require_sandbox()
@@ -216,17 +243,9 @@ class CodeRepoEnv(ToolEnv):
             raise SandboxError("the episode's sandbox is gone (the env was closed)")
         return self._sandbox
 
-    async def _close_sandbox(self) -> None:
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
-            try:
-                await sandbox.aclose()
-            except Exception:  # noqa: BLE001 - teardown must not fail the next reset
-                logger.warning("closing a CodeRepo sandbox failed", exc_info=True)
-
     async def on_close(self) -> None:
-        """Close the episode's sandbox."""
-        await self._close_sandbox()
+        """Release (close) the episode's sandbox."""
+        await self._box.release()
 
     async def on_step(self, action: Message):
         """Run the tool calls, time them, apply the context budget."""

@@ -26,7 +26,7 @@ EXAMPLES_TEST = "tests/test_examples.py"
 
 # Problems whose docstring examples are not usable doctests: malformed examples
 # (51), or expected outputs that the canonical solution does not reproduce
-# verbatim (float formatting, wrong examples). tests/test_code_repo.py checks
+# verbatim (float formatting, wrong examples). tests/envs/code_repo/test_env.py checks
 # that every other problem's examples pass with its canonical solution.
 BROKEN_DOCTESTS = frozenset({47, 51, 65, 108, 113, 116, 128, 145, 156, 162})
 

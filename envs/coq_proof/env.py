@@ -16,6 +16,12 @@ tools:
 The script is what goes between ``Proof.`` and ``Qed.``: tactics only.
 Tasks: the bundled theorems (:func:`~sao_gym.envs.coq_proof.tasks.bundled_tasks`),
 a JSONL file, or a user's ``.v`` files whose ``Admitted`` proofs become tasks.
+
+One sandbox per episode, from a :class:`~sao_gym.sandbox.SandboxPool` (the
+``sandbox_pool`` argument, or :func:`~sao_gym.sandbox.shared_pool` of the
+spec): leased at reset, so it starts while the model writes its first turn,
+awaited at the first check, released (closed) at submission, the next reset
+or ``close``.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sao_gym.envs.coq_proof import checker as checker_module
 from sao_gym.envs.coq_proof.checker import DOCKER_IMAGE, CoqChecker
 from sao_gym.envs.coq_proof.tasks import CoqTask, bundled_tasks, load_jsonl, load_v_files
-from sao_gym.sandbox import Sandbox, make_sandbox
+from sao_gym.sandbox import EpisodeSandbox, Sandbox, SandboxPool, make_sandbox
 from sao_gym.tools import ToolEnv, ToolResult, tool
 from sao_gym.types import Message
 
@@ -66,9 +73,11 @@ class CoqProofEnv(ToolEnv):
         topics: keep only tasks of these topics (e.g. ``["logic", "list"]``).
         sandbox: where ``coqc`` runs: anything
             :func:`sao_gym.sandbox.make_sandbox` accepts (default ``"local"``).
-            One sandbox per episode, started at the first check. A Docker
-            sandbox without an ``image`` uses ``sao-gym-sandbox-coq:latest``
+            One sandbox per episode, leased at reset from the shared pool of
+            this spec (its ``"pool"`` entry: :data:`~sao_gym.sandbox.POOL_OPTIONS`).
+            A Docker sandbox without an ``image`` uses ``sao-gym-sandbox-coq:latest``
             (see docs/envs/coq_proof.md for how to build it).
+        sandbox_pool: take sandboxes from this pool instead (the caller owns it).
         timeout_s: wall-clock limit of one ``coqc`` run.
         goals_on_error: on a tactic error, ``check_proof`` also shows the goals
             before the failing sentence (a second ``coqc`` run).
@@ -85,6 +94,7 @@ class CoqProofEnv(ToolEnv):
         difficulty: int | Iterable[int] | None = None,
         topics: Iterable[str] | None = None,
         sandbox: str | Mapping[str, Any] = "local",
+        sandbox_pool: SandboxPool | None = None,
         timeout_s: float = 30.0,
         goals_on_error: bool = True,
         max_message_chars: int = 6000,
@@ -97,6 +107,8 @@ class CoqProofEnv(ToolEnv):
         sandbox = _with_coq_image(sandbox)
         make_sandbox(sandbox)  # validates the spec now (unstarted, nothing to close)
         CoqChecker(sandbox, timeout_s=timeout_s, max_message_chars=max_message_chars)
+        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
+            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         if max_context_chars < 100:
             raise ValueError(f"max_context_chars must be >= 100, got {max_context_chars}")
         self.tasks = _select(_load(tasks), difficulty, topics)
@@ -106,6 +118,7 @@ class CoqProofEnv(ToolEnv):
         self.goals_on_error = goals_on_error
         self.max_message_chars = max_message_chars
         self.max_context_chars = max_context_chars
+        self._box = EpisodeSandbox(sandbox_pool, owner=self)
         self._checker: CoqChecker | None = None
         self._task: CoqTask | None = None
         self.task: dict[str, Any] | None = None
@@ -113,7 +126,7 @@ class CoqProofEnv(ToolEnv):
     # ----- episode ------------------------------------------------------------------
     async def on_reset(self, options: dict[str, Any]) -> tuple[list[Message], dict[str, Any]]:
         """Pick a task (``options["task"]``: an id, an index, a record; else by seed)."""
-        await self._close_checker()
+        await self._end_episode()
         if "task" in options:
             task = self._task_from(options["task"])
         else:
@@ -121,9 +134,8 @@ class CoqProofEnv(ToolEnv):
         self._task = task
         prompt = self._prompt(task)
         self.task = {**task.to_dict(), "prompt": prompt}
-        self._checker = CoqChecker(self.sandbox_spec, timeout_s=self.timeout_s,
-                                   goals_on_error=self.goals_on_error,
-                                   max_message_chars=self.max_message_chars)
+        # built as CoqChecker builds its own sandbox (checker.make_sandbox, read now)
+        await self._box.lease(self.sandbox_spec, make=checker_module.make_sandbox)
         obs: list[Message] = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": prompt},
@@ -131,13 +143,20 @@ class CoqProofEnv(ToolEnv):
         return obs, {"task_id": task.id, "difficulty": task.difficulty}
 
     async def on_close(self) -> None:
-        """Close the episode's sandbox."""
-        await self._close_checker()
+        """Release (close) the episode's sandbox."""
+        await self._end_episode()
 
-    async def _close_checker(self) -> None:
-        checker, self._checker = self._checker, None
-        if checker is not None:
-            await checker.aclose()
+    async def _end_episode(self) -> None:
+        self._checker = None  # its sandbox is the lease's: the pool closes it
+        await self._box.release()
+
+    async def _ready_checker(self) -> CoqChecker:
+        """The episode's checker, on its sandbox (awaited here: a failed start raises)."""
+        if self._checker is None:
+            self._checker = CoqChecker(await self._box.get(), timeout_s=self.timeout_s,
+                                       goals_on_error=self.goals_on_error,
+                                       max_message_chars=self.max_message_chars)
+        return self._checker
 
     def _task_from(self, spec: Any) -> CoqTask:
         if isinstance(spec, CoqTask):
@@ -178,8 +197,8 @@ class CoqProofEnv(ToolEnv):
     )
     async def check_proof(self, script: str) -> ToolResult:
         """Check a script; the episode goes on."""
-        assert self._task is not None and self._checker is not None
-        result = await self._checker.check(self._task, script)
+        assert self._task is not None
+        result = await (await self._ready_checker()).check(self._task, script)
         text = result.message
         if result.proved:
             text += " Call submit_proof with this script to finish."
@@ -193,11 +212,12 @@ class CoqProofEnv(ToolEnv):
     )
     async def submit_proof(self, script: str) -> ToolResult:
         """Check a script and end the episode."""
-        assert self._task is not None and self._checker is not None
+        assert self._task is not None
         try:
-            result = await self._checker.check(self._task, script, show_goals=False)
+            checker = await self._ready_checker()
+            result = await checker.check(self._task, script, show_goals=False)
         finally:
-            await self._close_checker()
+            await self._end_episode()
         text = ("Proof accepted: Coq checked it and the theorem depends on no axioms."
                 if result.proved else f"Proof rejected. {result.message}")
         return ToolResult(

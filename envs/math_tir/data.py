@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from sao_gym.envs.math_tir.verify import extract_boxed
+from sao_gym.registration import import_optional
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +57,9 @@ ANSWER_FORMATS = ("auto", "gsm8k", "boxed", "math", "plain")
 
 def reasoning_gym_names() -> list[str]:
     """Names of all reasoning-gym generators (imports ``reasoning_gym``, ~1.5 s)."""
-    import reasoning_gym.factory
+    factory = import_optional("reasoning_gym.factory", needed_by="MathTIR (reasoning-gym tasks)")
 
-    return sorted(reasoning_gym.factory.DATASETS)
+    return sorted(factory.DATASETS)
 
 
 class ReasoningGymTasks:
@@ -107,7 +108,7 @@ class ReasoningGymTasks:
         self._datasets = {n: self._make(n) for n in self.generators}
 
     def _make(self, name: str) -> Any:
-        import reasoning_gym
+        reasoning_gym = import_optional("reasoning_gym", needed_by="MathTIR (reasoning-gym tasks)")
 
         try:
             return reasoning_gym.create_dataset(name, **self._options[name])

@@ -6,7 +6,11 @@ The agent sees a math question, may run Python code in a sandbox with
 ``\boxed{...}``. The answer is graded by :mod:`sao_gym.envs.math_tir.verify`
 (math-verify with our own time bound, a sympy fallback, or the generator's
 scorer). Tasks come from reasoning-gym generators (offline) or from a
-user's data file (:mod:`sao_gym.envs.math_tir.data`).
+user's data file (:mod:`sao_gym.envs.math_tir.data`). The episode's sandbox
+comes from a :class:`~sao_gym.sandbox.SandboxPool` (``sandbox_pool``, or
+:func:`~sao_gym.sandbox.shared_pool` of the spec): leased at reset, so it
+starts while the model writes its first turn, awaited at the first ``python``
+call, released (closed) at the next reset or ``close``.
 
 Reward: ``(1 - format_weight) * correctness + format_weight * format``
 (default: correctness alone). ``info["reward_components"]`` carries
@@ -32,7 +36,7 @@ from sao_gym.envs.math_tir.data import (
     task_from_dict,
 )
 from sao_gym.envs.math_tir.verify import MAX_ANSWER_CHARS, extract_boxed, grade_answer
-from sao_gym.sandbox import ExecResult, Sandbox, make_sandbox, start_sandbox
+from sao_gym.sandbox import EpisodeSandbox, ExecResult, Sandbox, SandboxPool, make_sandbox
 from sao_gym.tools import ToolEnv, ToolError, ToolResult, tool
 from sao_gym.types import Message
 
@@ -61,7 +65,11 @@ class MathTIREnv(ToolEnv):
         question_key, answer_key, answer_format, id_key, split: how to read it.
         sandbox: where the code runs: ``"local"`` (bubblewrap), ``"docker"``,
             or a :func:`~sao_gym.sandbox.make_sandbox` mapping. Without
-            ``limits`` in it, :data:`DEFAULT_SANDBOX_LIMITS` apply.
+            ``limits`` in it, :data:`DEFAULT_SANDBOX_LIMITS` apply; its
+            ``"pool"`` entry configures the shared pool
+            (:data:`~sao_gym.sandbox.POOL_OPTIONS`).
+        sandbox_pool: take sandboxes from this pool instead of the shared
+            pool of ``sandbox`` (the caller owns it).
         sandbox_packages: host Python packages made importable (read-only)
             inside a local sandbox, whose interpreter otherwise has only the
             standard library. Docker sandboxes use their image's packages.
@@ -91,6 +99,7 @@ class MathTIREnv(ToolEnv):
         id_key: str | None = None,
         split: str = "train",
         sandbox: str | Mapping[str, Any] = "local",
+        sandbox_pool: SandboxPool | None = None,
         sandbox_packages: Sequence[str] = ("sympy", "mpmath"),
         python_timeout_s: float = 10.0,
         max_output_chars: int = 4000,
@@ -118,6 +127,8 @@ class MathTIREnv(ToolEnv):
         self.format_weight = float(format_weight)
         self.plain_text = plain_text
         self._sandbox_spec, self._sandbox_env, bound = _sandbox_config(sandbox, sandbox_packages)
+        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
+            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         packages = f" (packages: {', '.join(bound)})" if bound else ""
         self.system_prompt = system_prompt or SYSTEM_PROMPT.format(packages=packages)
         self.file_tasks: list[dict[str, Any]] | None = None
@@ -133,18 +144,19 @@ class MathTIREnv(ToolEnv):
                 configs=generator_configs,
             )
         self.task: dict[str, Any] | None = None
-        self._sandbox: Sandbox | None = None
+        self._box = EpisodeSandbox(sandbox_pool, owner=self)
         self._metrics: dict[str, float] = {}
 
     # ----- episode life cycle -----
     async def on_reset(self, options: dict[str, Any]) -> tuple[list[Message], dict[str, Any]]:
-        """Pick a task and start the episode (the sandbox starts at the first ``python`` call).
+        """Pick a task and start the episode; lease its sandbox (awaited at the first ``python``).
 
         ``options["task"]`` (prompt/answer), ``options["generator"]`` and/or
         ``options["index"]``, or else the seeded generator decide.
         """
-        await self._close_sandbox()
+        await self._box.release()
         self.task = self._choose_task(options)
+        await self._box.lease(self._sandbox_spec)
         self._metrics = {"python_calls": 0.0, "python_s": 0.0, "verify_s": 0.0}
         obs: list[Message] = [
             {"role": "system", "content": self.system_prompt},
@@ -175,19 +187,12 @@ class MathTIREnv(ToolEnv):
         return self.generated.sample(self.np_random)
 
     async def on_close(self) -> None:
-        """Close the episode's sandbox."""
-        await self._close_sandbox()
-
-    async def _close_sandbox(self) -> None:
-        sandbox, self._sandbox = self._sandbox, None
-        if sandbox is not None:
-            await sandbox.aclose()
+        """Release (close) the episode's sandbox."""
+        await self._box.release()
 
     async def _get_sandbox(self) -> Sandbox:
-        """The episode's sandbox, started at its first use."""
-        if self._sandbox is None:
-            self._sandbox = await start_sandbox(self._sandbox_spec)
-        return self._sandbox
+        """The episode's sandbox, started (a failed start raises its SandboxError)."""
+        return await self._box.get()
 
     # ----- tools -----
     @tool(

@@ -54,6 +54,7 @@ from sao_gym.envs.math_tir.safe_parse import (
     safe_sympify,
     screen_for_scorer,
 )
+from sao_gym.registration import import_optional
 
 logger = logging.getLogger(__name__)
 
@@ -105,9 +106,9 @@ def _math_verify() -> tuple[Any, Any]:
         for name in ("math_verify.parser", "math_verify.grader"):
             logging.getLogger(name).setLevel(logging.ERROR)
         _MV_LOADED = True
-    from math_verify import parse, verify
+    math_verify = import_optional("math_verify", needed_by="MathTIR (grading)")
 
-    return parse, verify
+    return math_verify.parse, math_verify.verify
 
 
 def _parse(text: str) -> list[Any]:
@@ -165,7 +166,7 @@ def grade_scorer(generator: str, options: dict[str, Any], entry: dict[str, Any],
     key = (generator, repr(sorted(options.items())))
     dataset = _DATASETS.get(key)
     if dataset is None:
-        import reasoning_gym
+        reasoning_gym = import_optional("reasoning_gym", needed_by="MathTIR (scorer grading)")
 
         dataset = _DATASETS[key] = reasoning_gym.create_dataset(generator, **options)
     score = float(dataset.score_answer(answer, entry))
@@ -236,9 +237,7 @@ def _worker_main() -> None:
     fd_in, fd_out = sys.stdin.fileno(), sys.stdout.fileno()
     sys.stdout = sys.stderr  # stray prints must not corrupt the protocol
     try:
-        import sympy  # noqa: F401
-
-        _math_verify()
+        _math_verify()  # imports sympy too
         grade_math("1", "1")  # warm the caches
         ready: dict[str, Any] = {"ready": True}
     except Exception as e:  # noqa: BLE001 - reported to the parent

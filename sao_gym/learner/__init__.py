@@ -3,8 +3,11 @@
 - :mod:`~sao_gym.learner.losses`: DIS, PPO clip, value loss, aggregations.
 - :mod:`~sao_gym.learner.advantages`: skip-observation GAE, length-adaptive
   lambda, GRPO normalisation, running-mean baseline, explained variance.
-- :mod:`~sao_gym.learner.critic`: :class:`ValueModel`.
-- :mod:`~sao_gym.learner.batching`: micro-batches under a token budget.
+- :mod:`~sao_gym.learner.algorithms`: the algorithms as records (torch-free).
+- :mod:`~sao_gym.learner.critic`: :class:`ValueModel`, frozen attention projections.
+- :mod:`~sao_gym.learner.batching`: micro-batches under a token budget, policy
+  minibatches, logprobs at the sampling temperature.
+- :mod:`~sao_gym.learner.schedule`: learning-rate schedules.
 - :mod:`~sao_gym.learner.sao`: :class:`Learner`, :func:`build_learner`.
 
 Nothing here touches environments.

@@ -6,6 +6,9 @@ that each micro-batch's padded size ``rows * longest_row`` stays within
 of padding a whole batch to its longest rollout. A rollout longer than the
 budget gets a micro-batch of its own.
 
+:func:`split_minibatches` cuts a batch's rollouts into the policy minibatches
+(one optimizer step each); each minibatch is then micro-batched on its own.
+
 Tensors follow the token layout of :class:`~sao_gym.types.Rollout`: position
 ``t`` holds token ``t``, its action mask, its sampler logprob and the reward
 placed on it (the episode's reward sits on its last action token).
@@ -84,29 +87,68 @@ def collate(rollouts: Sequence[Rollout], indices: list[int], pad_id: int = 0) ->
 
 
 def micro_batches(
-    rollouts: Sequence[Rollout], max_tokens: int, pad_id: int = 0
+    rollouts: Sequence[Rollout], max_tokens: int, pad_id: int = 0,
+    subset: Sequence[int] | None = None,
 ) -> list[MicroBatch]:
-    """Plan and collate micro-batches of ``rollouts`` under ``max_tokens``."""
-    plan = plan_micro_batches([len(r.token_ids) for r in rollouts], max_tokens)
-    return [collate(rollouts, group, pad_id) for group in plan]
+    """Plan and collate micro-batches of ``rollouts`` under ``max_tokens``.
+
+    With ``subset`` only those rollouts are micro-batched (planned on their
+    own); ``MicroBatch.indices`` are positions in ``rollouts`` either way.
+    """
+    subset = list(range(len(rollouts))) if subset is None else list(subset)
+    plan = plan_micro_batches([len(rollouts[i].token_ids) for i in subset], max_tokens)
+    return [collate(rollouts, [subset[j] for j in group], pad_id) for group in plan]
 
 
-def token_logprobs(logits_BTV: torch.Tensor, input_ids_BT: torch.Tensor) -> torch.Tensor:
-    """``out[b, t] = log p(token t | tokens < t)``, differentiable; position 0 gets 0."""
+def split_minibatches(num_rollouts: int, parts: int) -> list[list[int]]:
+    """Cut ``range(num_rollouts)`` into ``min(parts, num_rollouts)`` contiguous parts.
+
+    Sizes differ by at most one (the first parts are the larger), in batch order.
+
+    >>> split_minibatches(5, 2), split_minibatches(2, 4)
+    ([[0, 1, 2], [3, 4]], [[0], [1]])
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1, got {parts}")
+    parts = max(1, min(parts, num_rollouts))
+    size, extra = divmod(num_rollouts, parts)
+    out, start = [], 0
+    for p in range(parts):
+        stop = start + size + (p < extra)
+        out.append(list(range(start, stop)))
+        start = stop
+    return out
+
+
+def _tempered(logits_NV: torch.Tensor, temperature: float) -> torch.Tensor:
+    # As sao_gym.inference.sampling.sample_next: log_softmax(logits / T).
+    logits_NV = logits_NV.float()
+    return logits_NV if temperature == 1.0 else logits_NV / temperature
+
+
+def token_logprobs(logits_BTV: torch.Tensor, input_ids_BT: torch.Tensor,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """``out[b, t] = log p_T(token t | tokens < t)``, differentiable; position 0 gets 0.
+
+    ``p_T = softmax(logits / temperature)``: the distribution the sampler drew
+    from at that temperature (no top-p), so the result is comparable with the
+    sampler's recorded logprobs.
+    """
     B, T, V = logits_BTV.shape
     nll = F.cross_entropy(
-        logits_BTV[:, :-1].reshape(-1, V).float(), input_ids_BT[:, 1:].reshape(-1),
-        reduction="none",
+        _tempered(logits_BTV[:, :-1].reshape(-1, V), temperature),
+        input_ids_BT[:, 1:].reshape(-1), reduction="none",
     )
     return F.pad(-nll.view(B, T - 1), (1, 0))
 
 
 @torch.no_grad()
-def mean_entropy(logits_BTV: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
-    """Mean entropy of the next-token distributions that produced the masked tokens."""
+def mean_entropy(logits_BTV: torch.Tensor, mask_BT: torch.Tensor,
+                 temperature: float = 1.0) -> torch.Tensor:
+    """Mean entropy of the (tempered) next-token distributions that produced the masked tokens."""
     sel = mask_BT[:, 1:] > 0
-    logits_NV = logits_BTV[:, :-1][sel].float()
+    logits_NV = logits_BTV[:, :-1][sel]
     if logits_NV.numel() == 0:
         return logits_BTV.new_zeros(())
-    logp_NV = torch.log_softmax(logits_NV, dim=-1)
+    logp_NV = torch.log_softmax(_tempered(logits_NV, temperature), dim=-1)
     return -(logp_NV.exp() * logp_NV).sum(-1).mean()

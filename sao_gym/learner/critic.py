@@ -2,19 +2,33 @@
 
 ``ValueModel`` loads the causal LM's transformer body from the policy
 checkpoint (its LM head is dropped) and adds ``Linear(hidden, 1)``
-(weights N(0, 0.02), zero bias). ``values_BT[b, t]`` is the value of the
-state *before* token ``t`` (read from the hidden state at ``t - 1``), aligned
-with per-token logprobs; position 0 gets 0.
+(weights N(0, 0.02), zero bias). Two views of the same per-position head
+output:
 
-``freeze="attention"`` freezes every attention projection (the paper's
-frozen-attention critic: attention is where its gradient norms blow up);
-MLP/MoE blocks, norms, embeddings and the head train. ``freeze=None`` trains
-everything.
+- ``values_after_BT[b, t]`` (:meth:`ValueModel.values_after`): the value of
+  the state *after* token ``t``, i.e. of the prefix ``tokens[: t + 1]`` (the
+  head applied to the hidden state at ``t``). The value after a rollout's
+  last action token is what a truncated rollout bootstraps from.
+- ``values_BT[b, t]`` (:meth:`ValueModel.forward`, :func:`values_before`):
+  the value of the state *before* token ``t`` (read from the hidden state at
+  ``t - 1``), aligned with per-token logprobs; position 0 gets 0. This is
+  ``V_k`` of the GAE in :mod:`~sao_gym.learner.advantages`.
+
+``freeze="attention"`` freezes exactly the attention projections (q, k, v,
+o weights and biases; the paper's frozen-attention critic: attention is where
+its gradient norms blow up). Which parameters those are is listed per
+architecture in :data:`ATTENTION_PROJECTIONS`; MLP/MoE blocks (experts and
+router), every norm (``q_norm``/``k_norm`` included), embeddings and the head
+train. An architecture not in the table falls back to "every ``nn.Linear``
+inside a module whose name contains ``attn`` or ``attention``" (never a norm:
+norms are not ``Linear``), with a warning; when that finds nothing the
+critic refuses to build. ``freeze=None`` trains everything.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -22,15 +36,69 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+logger = logging.getLogger(__name__)
+
 HEAD_FILE = "value_head.pt"
 META_FILE = "value_model.json"
 FREEZE_MODES = (None, "attention")
 
+_QKVO = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj")
+ATTENTION_PROJECTIONS: dict[str, tuple[str, ...]] = {
+    "qwen2": _QKVO,
+    "llama": _QKVO,
+    "qwen3": _QKVO,
+    "qwen3_moe": _QKVO,
+    "mistral": _QKVO,
+}
+"""``config.model_type`` -> the attention projection modules of a decoder layer
+(paths relative to the layer); their ``weight`` and ``bias`` are frozen."""
 
-def is_attention_parameter(name: str) -> bool:
-    """Whether a parameter belongs to an attention block (by its module path)."""
-    parts = name.lower().split(".")
-    return any("attn" in p or "attention" in p for p in parts[:-1])
+
+def _is_attention_module_path(path: str) -> bool:
+    return any("attn" in part or "attention" in part for part in path.lower().split("."))
+
+
+def attention_parameter_names(model: nn.Module) -> set[str]:
+    """Names of ``model``'s attention projection parameters (what ``"attention"`` freezes).
+
+    Looked up in :data:`ATTENTION_PROJECTIONS` by ``model.config.model_type``;
+    an unknown architecture falls back to the ``nn.Linear`` modules inside
+    attention blocks (with a warning). Raises ``ValueError`` when nothing
+    matches, rather than silently freezing nothing.
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    projections = ATTENTION_PROJECTIONS.get(model_type) if model_type else None
+    names: set[str] = set()
+    if projections is not None:
+        for name, _ in model.named_parameters():
+            module, _, leaf = name.rpartition(".")
+            if leaf in ("weight", "bias") and any(
+                    module == p or module.endswith("." + p) for p in projections):
+                names.add(name)
+    else:
+        for path, module in model.named_modules():
+            if isinstance(module, nn.Linear) and _is_attention_module_path(path):
+                names.update(f"{path}.{leaf}" for leaf, _ in module.named_parameters(
+                    recurse=False))
+        if names:
+            logger.warning("critic freeze: architecture %r is not in ATTENTION_PROJECTIONS; "
+                           "freezing the Linear layers inside attention blocks: %s",
+                           model_type, sorted(names))
+    if not names:
+        raise ValueError(
+            f"freeze='attention': found no attention projections in architecture "
+            f"{model_type!r} (known: {sorted(ATTENTION_PROJECTIONS)}); add its projection "
+            f"modules to sao_gym.learner.critic.ATTENTION_PROJECTIONS or use freeze=None")
+    return names
+
+
+def values_before(values_after_BT: torch.Tensor) -> torch.Tensor:
+    """``values_BT[:, t] = values_after_BT[:, t - 1]``, 0 at position 0.
+
+    >>> values_before(torch.tensor([[1.0, 2.0, 3.0]])).tolist()
+    [[0.0, 1.0, 2.0]]
+    """
+    return F.pad(values_after_BT[:, :-1], (1, 0))
 
 
 class ValueModel(nn.Module):
@@ -51,10 +119,17 @@ class ValueModel(nn.Module):
         self.freeze = freeze
         self.apply_freeze()
 
+    def frozen_parameter_names(self) -> set[str]:
+        """Names (as in ``self.named_parameters()``) that ``self.freeze`` freezes."""
+        if self.freeze is None:
+            return set()
+        return {"backbone." + n for n in attention_parameter_names(self.backbone)}
+
     def apply_freeze(self) -> None:
         """Set ``requires_grad`` according to ``self.freeze``."""
-        for name, p in self.backbone.named_parameters():
-            p.requires_grad_(not (self.freeze == "attention" and is_attention_parameter(name)))
+        frozen = self.frozen_parameter_names()
+        for name, p in self.named_parameters():
+            p.requires_grad_(name not in frozen)
 
     @classmethod
     def from_pretrained(
@@ -85,10 +160,14 @@ class ValueModel(nn.Module):
         torch.save(self.head.state_dict(), path / HEAD_FILE)
         (path / META_FILE).write_text(json.dumps({"freeze": self.freeze}))
 
-    def forward(self, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor) -> torch.Tensor:
-        """``values_BT``: value of the state before each token (0 at position 0)."""
+    def values_after(self, input_ids_BT: torch.Tensor,
+                     attention_mask_BT: torch.Tensor) -> torch.Tensor:
+        """``values_after_BT``: value of the state after each token (the prefix through it)."""
         hidden_BTH = self.backbone(
             input_ids=input_ids_BT, attention_mask=attention_mask_BT
         ).last_hidden_state
-        values_BT = self.head(hidden_BTH[:, :-1]).squeeze(-1).float()
-        return F.pad(values_BT, (1, 0))
+        return self.head(hidden_BTH).squeeze(-1).float()
+
+    def forward(self, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor) -> torch.Tensor:
+        """``values_BT``: value of the state before each token (0 at position 0)."""
+        return values_before(self.values_after(input_ids_BT, attention_mask_BT))

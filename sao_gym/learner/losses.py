@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from sao_gym.learner.config import AGGREGATIONS
+
 __all__ = [
     "AGGREGATIONS",
     "aggregate",
@@ -37,9 +39,6 @@ __all__ = [
     "ppo_clip_policy_loss",
     "value_loss",
 ]
-
-AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
-"""Valid ``mode`` values of :func:`aggregate`."""
 
 Denominator = float | int | Tensor | None
 

@@ -8,22 +8,36 @@ algorithm          advantages                                 policy loss
 =================  =========================================  ==================
 ``sao``            critic + skip-observation GAE              DIS (sampler logprobs)
 ``vapo``           critic + skip-observation GAE              PPO clip (old policy)
-``grpo``           group-normalised rewards (G per task)      PPO clip (old policy)
-``grpo_dis``       group-normalised rewards (G per task)      DIS (sampler logprobs)
+``grpo``           group-normalised rewards (groups of G)     PPO clip (old policy)
+``grpo_dis``       group-normalised rewards (groups of G)     DIS (sampler logprobs)
 ``running_mean``   reward minus a running-mean baseline       DIS (sampler logprobs)
 =================  =========================================  ==================
 
-One :meth:`Learner.update` is one learner step. With a critic: values of the
-batch under the current critic -> GAE advantages (length-adaptive policy
+One :meth:`Learner.update` is one learner step (``Learner.steps_done`` counts
+them: the unit of ``total_steps``, the lr schedule and the critic warm-up).
+It sets both learning rates for the step first, then, with a critic: values of
+the batch under the current critic -> GAE advantages (length-adaptive policy
 lambda) and returns (critic lambda, 1 by default) -> ``critic_updates`` critic
-optimizer steps -> one policy optimizer step per policy minibatch (none during
-the first ``critic_warmup_steps`` steps). Advantages use the critic's values
-*before* this step's critic updates.
+optimizer steps on the whole batch -> the policy steps (none during the first
+``critic_warmup_steps`` steps). Advantages use the critic's values *before*
+this step's critic updates. A truncated rollout bootstraps from the critic's
+value *after* its last action token.
 
-Rollouts are micro-batched under a token budget and gradients accumulated;
-the loss denominators are those of the whole (mini)batch, so the result does
-not depend on the budget. A non-finite loss or gradient skips that optimizer
-step and leaves the weights untouched (``learner/skipped_steps``).
+The policy steps: the batch's rollouts are cut into ``policy_minibatches``
+contiguous parts, one policy optimizer step each (so one update adds at most
+``Learner.max_versions_per_step`` policy versions). Each part is
+micro-batched under the token budget on its own and gradients accumulate over
+its micro-batches; the loss denominators are the part's, so the result does
+not depend on the budget. PPO's old logprobs are those of the policy at the
+start of the step. A non-finite loss or gradient skips that optimizer step and
+leaves the weights untouched (``learner/skipped_steps``).
+
+The GRPO algorithms normalise rewards within groups: rollouts sharing
+``Rollout.group_id`` (or ``task_id`` where ``group_id`` is None), each group
+exactly ``group_size`` rollouts of one task.
+
+Logprobs (and the entropy metric) are those of ``softmax(logits / temperature)``
+with the sampler's ``temperature``, the distribution the tokens were drawn from.
 """
 
 from __future__ import annotations
@@ -41,90 +55,34 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from sao_gym.learner import advantages as adv_lib
 from sao_gym.learner import losses
-from sao_gym.learner.batching import MicroBatch, mean_entropy, micro_batches, token_logprobs
-from sao_gym.learner.critic import ValueModel
-from sao_gym.learner.schedule import LR_SCHEDULES, lr_scale
+from sao_gym.learner.algorithms import ALGORITHMS as ALGORITHM_RECORDS
+from sao_gym.learner.algorithms import Algorithm
+from sao_gym.learner.batching import (
+    MicroBatch,
+    mean_entropy,
+    micro_batches,
+    split_minibatches,
+    token_logprobs,
+)
+from sao_gym.learner.config import LearnerConfig
+from sao_gym.learner.critic import ValueModel, values_before
+from sao_gym.learner.schedule import lr_scale
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
 
-ALGORITHMS = ("sao", "vapo", "grpo", "grpo_dis", "running_mean")
-_CRITIC = {"sao", "vapo"}
-_DIS = {"sao", "grpo_dis", "running_mean"}
+ALGORITHMS = tuple(ALGORITHM_RECORDS)
+"""Algorithm names; each is an :class:`~sao_gym.learner.algorithms.Algorithm` record."""
 
 
-@dataclass(frozen=True)
-class LearnerConfig:
-    """Hyperparameters of the learner (paper defaults where it states them)."""
-
-    lr: float = 1e-6
-    """Policy learning rate (AdamW)."""
-    critic_lr: float | None = None
-    """Critic learning rate; ``None`` means 5x ``lr``."""
-    eps_low: float | None = None
-    """Lower band/clip width; ``None``: 0.3 for DIS, 0.2 for PPO clip."""
-    eps_high: float | None = None
-    """Upper band/clip width; ``None``: 5.0 for DIS, 0.28 for PPO clip (clip-higher)."""
-    aggregation: str = "token_mean"
-    """Loss aggregation: token_mean, seq_mean_token_mean or seq_mean_token_sum."""
-    gamma: float = 1.0
-    """Discount."""
-    lambda_alpha: float = 1.5
-    """Length-adaptive policy lambda: 1 - 1/(alpha * action tokens)."""
-    critic_lambda: float = 1.0
-    """GAE lambda of the critic's targets (1: Monte-Carlo returns)."""
-    critic_updates: int = 2
-    """Critic optimizer steps per learner step (K)."""
-    critic_warmup_steps: int = 10
-    """First learner steps that train only the critic."""
-    critic_freeze: str | None = "attention"
-    """``"attention"`` freezes the critic's attention projections; ``None`` trains all."""
-    value_clip: float | None = None
-    """PPO-style value clipping around the pre-update values; ``None``: plain MSE."""
-    group_size: int = 8
-    """Rollouts per task for the GRPO algorithms."""
-    running_mean_window: int = 8
-    """Rewards in the running-mean baseline's window."""
-    running_mean_per_prompt: bool = True
-    """One window per task (True) or one global window (False)."""
-    policy_minibatches: int = 1
-    """Policy optimizer steps per learner step (the batch is split)."""
-    max_tokens_per_microbatch: int = 16384
-    """Padded tokens per forward/backward pass (gradient accumulation beyond)."""
-    lr_schedule: str = "constant"
-    """``constant``, ``linear`` or ``cosine``: both learning rates fall from their
-    base value to ``lr_final_ratio`` times it over the run's total steps."""
-    lr_final_ratio: float = 0.1
-    """Share of the base learning rates left at the end of a decaying schedule."""
-    max_grad_norm: float | None = 1.0
-    """Gradient-norm clipping for both models; ``None`` disables clipping."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    dtype: str = "float32"
-    """Parameter dtype of both models."""
-    device: str = "cpu"
-    """Device of both models."""
-    seed: int = 0
-    """Seeds the critic head and the torch RNG."""
-
-    def __post_init__(self) -> None:
-        if self.aggregation not in losses.AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {losses.AGGREGATIONS}")
-        for name in ("lr", "lambda_alpha", "max_tokens_per_microbatch", "group_size",
-                     "running_mean_window", "policy_minibatches"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.critic_updates < 0 or self.critic_warmup_steps < 0:
-            raise ValueError("critic_updates and critic_warmup_steps must be >= 0")
-        if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
-            raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
-        if self.lr_schedule not in LR_SCHEDULES:
-            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
-        if not 0.0 <= self.lr_final_ratio <= 1.0:
-            raise ValueError(f"lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}")
+def _algorithm(name: str) -> Algorithm:
+    if name not in ALGORITHM_RECORDS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {ALGORITHMS}")
+    return ALGORITHM_RECORDS[name]
 
 
 @dataclass
@@ -154,25 +112,80 @@ def _action_counts(mb: MicroBatch) -> torch.Tensor:
     return mb.action_mask_BT.sum(-1)
 
 
+def _group_key(rollout: Rollout) -> tuple[str, Any]:
+    """The GRPO group of a rollout: its ``group_id``, else its ``task_id``."""
+    if rollout.group_id is not None:
+        return ("group", rollout.group_id)
+    return ("task", rollout.task_id)
+
+
+def _describe_group(key: tuple[str, Any]) -> str:
+    kind, value = key
+    return f"group_id {value}" if kind == "group" else f"task_id {value!r}"
+
+
+def _per_rollout(tensors_BT: Sequence[torch.Tensor], mbs: Sequence[MicroBatch],
+                 rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
+    """Un-pad micro-batch rows: ``out[i]`` is rollout ``i``'s row, ``[len(token_ids)]``."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
+    for x_BT, mb in zip(tensors_BT, mbs, strict=True):
+        for row, i in enumerate(mb.indices):
+            out[i] = x_BT[row, :len(rollouts[i].token_ids)]
+    return out
+
+
+def _pad_rows(rows: Sequence[torch.Tensor], T: int) -> torch.Tensor:
+    """Right-pad 1-d rows with 0 into ``[len(rows), T]``."""
+    return torch.stack([F.pad(r, (0, T - r.numel())) for r in rows])
+
+
+def _check_temperature(temperature: float) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not (
+            math.isfinite(temperature) and temperature > 0):
+        raise ValueError(
+            f"temperature must be a finite number > 0 (the sampler's temperature, which the "
+            f"learner divides the logits by); got {temperature!r}. Greedy sampling "
+            f"(temperature 0) has no distribution to train on.")
+
+
 class Learner:
-    """Trains a policy (and a critic, if the algorithm has one) from rollouts."""
+    """Trains a policy (and a critic, if the algorithm has one) from rollouts.
+
+    ``temperature`` is the sampler's temperature (> 0): the learner's
+    logprobs are those of ``softmax(logits / temperature)``, the distribution
+    the rollouts' tokens were sampled from (top-p < 1 is refused at config
+    time; the learner assumes none).
+    """
 
     def __init__(self, algorithm: str, policy: torch.nn.Module, critic: ValueModel | None,
                  config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None,
-                 total_steps: int | None = None):
+                 total_steps: int | None = None, temperature: float = 1.0):
         lr_scale(0, total_steps, config.lr_schedule, config.lr_final_ratio)  # checks
+        spec = _algorithm(algorithm)
+        if spec.critic != (critic is not None):
+            raise ValueError(f"algorithm {algorithm!r} "
+                             + ("needs a critic" if spec.critic else "takes no critic"))
+        _check_temperature(temperature)
         self.total_steps = total_steps
-        """Length of the run, for a decaying ``lr_schedule``."""
+        """Length of the run in learner steps, for a decaying ``lr_schedule``."""
         self.algorithm = algorithm
         self.tokenizer = tokenizer
         self.config = config
         self.policy = policy
         self.critic = critic
         self.pad_id = pad_id
-        self.step = 0
+        self.temperature = float(temperature)
+        """Sampling temperature the logprobs and the entropy metric are computed at."""
+        self.steps_done = 0
+        """Learner steps completed (:meth:`update` calls): the unit of ``total_steps``,
+        the lr schedule and the critic warm-up."""
         self.policy_version = 0
+        """Policy optimizer steps that changed the weights (up to
+        :attr:`max_versions_per_step` per learner step)."""
         self.skipped_steps = 0
-        dis = algorithm in _DIS
+        """Optimizer steps (policy or critic) skipped for a non-finite loss or gradient."""
+        dis = spec.dis
+        self._grouped = spec.grouped
         eps_low = config.eps_low if config.eps_low is not None else (0.3 if dis else 0.2)
         eps_high = config.eps_high if config.eps_high is not None else (5.0 if dis else 0.28)
         loss_fn = losses.dis_policy_loss if dis else losses.ppo_clip_policy_loss
@@ -181,7 +194,7 @@ class Learner:
         self._needs_old_logprobs = not dis
         self.baseline = (adv_lib.RunningMeanBaseline(
             config.running_mean_window, per_prompt=config.running_mean_per_prompt)
-            if algorithm == "running_mean" else None)
+            if spec.running_mean else None)
         critic_lr = config.critic_lr or 5 * config.lr
         self.policy_opt = self._optimizer(policy, config.lr)
         self.critic_opt = self._optimizer(critic, critic_lr) if critic is not None else None
@@ -189,10 +202,23 @@ class Learner:
         if self.critic_opt is not None:
             self._base_lrs.append((self.critic_opt, critic_lr))
 
+    @property
+    def max_versions_per_step(self) -> int:
+        """The most policy versions one :meth:`update` can add (``policy_minibatches``)."""
+        return self.config.policy_minibatches
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The policy's state dict, as an inference backend loads it (``update_weights``).
+
+        Tensors are live references to the parameters: copy or send them
+        before the next :meth:`update`.
+        """
+        return self.policy.state_dict()
+
     def _set_lr(self) -> float:
         """Apply this step's ``lr_schedule`` factor to both optimizers; returns the policy lr."""
         c = self.config
-        scale = lr_scale(self.step, self.total_steps, c.lr_schedule, c.lr_final_ratio)
+        scale = lr_scale(self.steps_done, self.total_steps, c.lr_schedule, c.lr_final_ratio)
         for opt, base in self._base_lrs:
             for group in opt.param_groups:
                 group["lr"] = base * scale
@@ -207,8 +233,9 @@ class Learner:
         """One learner step on ``rollouts``; returns its metrics."""
         start = time.perf_counter()
         self._check(rollouts)
+        # Both schedules move together: this step's rates are set before either model trains.
+        metrics: dict[str, float] = {"learner/lr": self._set_lr()}
         mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
-        metrics: dict[str, float] = {}
         critic_start = time.perf_counter()
         if self.critic is not None:
             advantages, returns, values = self._critic_advantages(rollouts, mbs)
@@ -219,11 +246,10 @@ class Learner:
         else:
             advantages = self._outcome_advantages(rollouts, mbs)
         policy_start = time.perf_counter()
-        train_policy = self.critic is None or self.step >= self.config.critic_warmup_steps
-        metrics["learner/lr"] = self._set_lr()
+        train_policy = self.critic is None or self.steps_done >= self.config.critic_warmup_steps
         if train_policy:
-            metrics.update(self._train_policy(mbs, advantages))
-        self.step += 1
+            metrics.update(self._train_policy(rollouts, _per_rollout(advantages, mbs, rollouts)))
+        self.steps_done += 1
         metrics["learner/critic_time_s"] = policy_start - critic_start
         metrics["learner/policy_time_s"] = time.perf_counter() - policy_start
         adv_all = torch.cat([a[mb.action_mask_BT > 0] for a, mb in zip(advantages, mbs,
@@ -235,7 +261,7 @@ class Learner:
             "learner/action_tokens": float(adv_all.numel()),
             "learner/skipped_steps": float(self.skipped_steps),
             "learner/policy_updated": float(train_policy),
-            "learner/step": float(self.step),
+            "learner/steps_done": float(self.steps_done),
             "learner/policy_version": float(self.policy_version),
             "learner/step_time_s": time.perf_counter() - start,
         })
@@ -247,14 +273,24 @@ class Learner:
         bad = [i for i, r in enumerate(rollouts) if r.infra_failure]
         if bad:
             raise ValueError(f"rollouts {bad} are infra failures: exclude them from training")
-        if self.algorithm in ("grpo", "grpo_dis"):
-            sizes: dict[str, int] = {}
+        if self._grouped:
+            sizes: dict[tuple[str, Any], int] = {}
+            tasks: dict[tuple[str, Any], set[str]] = {}
             for r in rollouts:
-                sizes[r.task_id] = sizes.get(r.task_id, 0) + 1
-            wrong = {t: n for t, n in sizes.items() if n != self.config.group_size}
+                key = _group_key(r)
+                sizes[key] = sizes.get(key, 0) + 1
+                tasks.setdefault(key, set()).add(r.task_id)
+            mixed = {_describe_group(k): sorted(t) for k, t in tasks.items() if len(t) > 1}
+            if mixed:
+                raise ValueError(f"{self.algorithm}: a group must hold rollouts of one task; "
+                                 f"got {mixed}")
+            wrong = {_describe_group(k): n for k, n in sizes.items()
+                     if n != self.config.group_size}
             if wrong:
-                raise ValueError(f"{self.algorithm} needs groups of {self.config.group_size} "
-                                 f"rollouts per task; got {wrong}")
+                raise ValueError(
+                    f"{self.algorithm} needs groups of {self.config.group_size} rollouts "
+                    f"(grouped by Rollout.group_id, or task_id where group_id is None); "
+                    f"got sizes {wrong}")
 
     # ----- advantages -----
     def _outcome_advantages(self, rollouts, mbs) -> list[torch.Tensor]:
@@ -263,8 +299,8 @@ class Learner:
             per_rollout = torch.tensor(self.baseline.advantages(
                 [r.task_id for r in rollouts], rewards.tolist()), dtype=torch.float32)
         else:
-            ids = {t: i for i, t in enumerate(dict.fromkeys(r.task_id for r in rollouts))}
-            group = torch.tensor([ids[r.task_id] for r in rollouts])
+            ids = {k: i for i, k in enumerate(dict.fromkeys(_group_key(r) for r in rollouts))}
+            group = torch.tensor([ids[_group_key(r)] for r in rollouts])
             per_rollout = adv_lib.group_normalized_advantages(rewards, group)
         return [per_rollout[mb.indices][:, None] * mb.action_mask_BT for mb in mbs]
 
@@ -274,10 +310,13 @@ class Learner:
         advantages, returns, values = [], [], []
         for mb in mbs:
             mask = mb.action_mask_BT
-            v = self._values(mb) * mask
+            values_BT, values_after_BT = self._values(mb)
+            v = values_BT * mask
             truncated = torch.tensor([rollouts[i].truncated for i in mb.indices])
-            last = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
-            bootstrap = torch.where(truncated, v.gather(1, last[:, None]).squeeze(1), 0.0)
+            last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
+            # V after the last action token (the full prefix through it), not V before it.
+            after_last_B = values_after_BT.gather(1, last_B[:, None]).squeeze(1)
+            bootstrap = torch.where(truncated, after_last_B, 0.0)
             lam = adv_lib.length_adaptive_lambda(_action_counts(mb), cfg.lambda_alpha)
             a, _ = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
                                                 lam=lam, bootstrap_B=bootstrap)
@@ -288,24 +327,30 @@ class Learner:
             values.append(v)
         return advantages, returns, values
 
-    def _values(self, mb: MicroBatch) -> torch.Tensor:
+    def _values(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(values_BT, values_after_BT)`` of the critic (see :mod:`~sao_gym.learner.critic`)."""
         assert self.critic is not None
         dev = self.config.device
-        return self.critic(mb.input_ids_BT.to(dev), mb.attention_mask_BT.to(dev)).cpu()
+        after_BT = self.critic.values_after(mb.input_ids_BT.to(dev),
+                                            mb.attention_mask_BT.to(dev)).cpu()
+        return values_before(after_BT), after_BT
 
     # ----- optimisation -----
     def _train_critic(self, mbs, returns, old_values) -> dict[str, float]:
+        """``critic_updates`` critic steps; metrics are means over those steps."""
         assert self.critic is not None and self.critic_opt is not None
         cfg = self.config
+        if cfg.critic_updates == 0:
+            return {}
         n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
         n_seq = float(sum(len(mb.indices) for mb in mbs))
-        out: dict[str, float] = {}
         self.critic.train()
+        m = _Metrics()  # identical weights in every update: a mean of the updates' means
+        totals, norms = [], []
         for _ in range(cfg.critic_updates):
-            m = _Metrics()
             total = 0.0
             for mb, ret, old in zip(mbs, returns, old_values, strict=True):
-                v = self._values(mb)
+                v, _ = self._values(mb)
                 loss, stats = losses.value_loss(
                     v, ret, mb.action_mask_BT, old_values_BT=old, clip=cfg.value_clip,
                     aggregation=cfg.aggregation, num_tokens=n_tok, num_seqs=n_seq)
@@ -314,33 +359,46 @@ class Learner:
                 if math.isfinite(value):
                     loss.backward()
                 m.add(stats, float(mb.action_mask_BT.sum()), "critic/")
-            norm = self._optimizer_step(self.critic, self.critic_opt, finite=math.isfinite(total))
-            out = {"loss/value": total, "critic/grad_norm": norm, **m.means()}
-        return out
+            norms.append(self._optimizer_step(self.critic, self.critic_opt,
+                                              finite=math.isfinite(total)))
+            totals.append(total)
+        return {"loss/value": sum(totals) / len(totals),
+                "critic/grad_norm": sum(norms) / len(norms), **m.means()}
 
     def _logits(self, mb: MicroBatch) -> torch.Tensor:
         dev = self.config.device
         return self.policy(input_ids=mb.input_ids_BT.to(dev),
                            attention_mask=mb.attention_mask_BT.to(dev)).logits
 
-    def _train_policy(self, mbs, advantages) -> dict[str, float]:
+    def _logprobs(self, mb: MicroBatch, logits: torch.Tensor) -> torch.Tensor:
+        return token_logprobs(logits, mb.input_ids_BT.to(logits.device), self.temperature).cpu()
+
+    def _train_policy(self, rollouts: Sequence[Rollout],
+                      advantages: Sequence[torch.Tensor]) -> dict[str, float]:
+        """One policy optimizer step per minibatch of rollouts; ``advantages[i]`` is ``[T_i]``.
+
+        ``loss/policy`` and ``policy/grad_norm`` are means over the minibatches;
+        the other statistics are token-weighted over the whole batch.
+        """
+        cfg = self.config
         self.policy.train()
-        reference = [mb.rollout_logprobs_BT for mb in mbs]
-        if self._needs_old_logprobs:
+        parts = [micro_batches(rollouts, cfg.max_tokens_per_microbatch, self.pad_id, subset=p)
+                 for p in split_minibatches(len(rollouts), cfg.policy_minibatches)]
+        reference = [[mb.rollout_logprobs_BT for mb in part] for part in parts]
+        if self._needs_old_logprobs:  # the policy at the start of the step, for every part
             with torch.no_grad():
-                reference = [token_logprobs(self._logits(mb), mb.input_ids_BT.to(
-                    self.config.device)).cpu() for mb in mbs]
+                reference = [[self._logprobs(mb, self._logits(mb)) for mb in part]
+                             for part in parts]
         m = _Metrics()
-        total_loss, norms = 0.0, []
-        for part in _split(list(range(len(mbs))), self.config.policy_minibatches):
-            n_tok = float(sum(mbs[i].action_mask_BT.sum() for i in part))
-            n_seq = float(sum(len(mbs[i].indices) for i in part))
+        part_losses, norms = [], []
+        for part, part_reference in zip(parts, reference, strict=True):
+            n_tok = float(sum(mb.action_mask_BT.sum() for mb in part))
+            n_seq = float(sum(len(mb.indices) for mb in part))
             part_loss = 0.0
-            for i in part:
-                mb = mbs[i]
+            for mb, ref in zip(part, part_reference, strict=True):
+                adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
                 logits = self._logits(mb)
-                logp = token_logprobs(logits, mb.input_ids_BT.to(logits.device)).cpu()
-                loss, stats = self._policy_loss(logp, reference[i], advantages[i],
+                loss, stats = self._policy_loss(self._logprobs(mb, logits), ref, adv_BT,
                                                 mb.action_mask_BT, num_tokens=n_tok,
                                                 num_seqs=n_seq)
                 value = float(loss.detach())
@@ -349,12 +407,14 @@ class Learner:
                     loss.backward()
                 weight = float(mb.action_mask_BT.sum())
                 m.add(stats, weight, "sao/")
-                m.add({"entropy": mean_entropy(logits, mb.action_mask_BT.to(logits.device))},
-                      weight, "policy/")
+                entropy = mean_entropy(logits, mb.action_mask_BT.to(logits.device),
+                                       self.temperature)
+                m.add({"entropy": entropy}, weight, "policy/")
             norms.append(self._optimizer_step(self.policy, self.policy_opt,
                                               finite=math.isfinite(part_loss)))
-            total_loss += part_loss
-        return {"loss/policy": total_loss, "policy/grad_norm": max(norms), **m.means()}
+            part_losses.append(part_loss)
+        return {"loss/policy": sum(part_losses) / len(part_losses),
+                "policy/grad_norm": sum(norms) / len(norms), **m.means()}
 
     def _optimizer_step(self, model: torch.nn.Module, opt: torch.optim.Optimizer,
                         *, finite: bool) -> float:
@@ -378,6 +438,7 @@ class Learner:
         if self.critic is None:
             raise ValueError(f"algorithm {self.algorithm!r} has no critic to pre-train")
         self._check(rollouts)
+        self._set_lr()
         mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
         history = []
         for _ in range(steps):
@@ -412,7 +473,7 @@ class Learner:
             "policy_opt": self.policy_opt.state_dict(),
             "critic": self.critic.state_dict() if self.critic is not None else None,
             "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
-            "step": self.step,
+            "steps_done": self.steps_done,
             "policy_version": self.policy_version,
             "skipped_steps": self.skipped_steps,
             "baseline": self.baseline.state_dict() if self.baseline else None,
@@ -431,16 +492,13 @@ class Learner:
             self.critic_opt.load_state_dict(state["critic_opt"])
         if self.baseline is not None:
             self.baseline.load_state_dict(state["baseline"])
-        self.step, self.policy_version = state["step"], state["policy_version"]
+        # "step": the name of steps_done in checkpoints written before the rename
+        self.steps_done = state["steps_done"] if "steps_done" in state else state["step"]
+        self.policy_version = state["policy_version"]
         self.skipped_steps = state["skipped_steps"]
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
         np.random.set_state(state["rng"]["numpy"])
-
-
-def _split(items: list[int], parts: int) -> list[list[int]]:
-    parts = max(1, min(parts, len(items)))
-    return [items[i::parts] for i in range(parts)]
 
 
 def _explained_variance(values, returns, mbs) -> float:
@@ -451,26 +509,29 @@ def _explained_variance(values, returns, mbs) -> float:
 
 
 def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None = None,
-                  *, critic_path: str | None = None, total_steps: int | None = None) -> Learner:
+                  *, critic_path: str | None = None, total_steps: int | None = None,
+                  temperature: float = 1.0) -> Learner:
     """Load the policy (and critic, for ``sao``/``vapo``) from ``policy_path``.
 
     The critic starts from the policy checkpoint with a fresh head, or from a
     critic saved by :meth:`Learner.save_models` (``critic_path``).
-    ``total_steps`` (the run's length) is needed by a decaying ``lr_schedule``.
+    ``total_steps`` (the run's length in learner steps) is needed by a decaying
+    ``lr_schedule``. ``temperature`` is the sampler's temperature (> 0): the
+    learner scores tokens under ``softmax(logits / temperature)``.
     """
     from sao_gym.models import load_policy
 
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {ALGORITHMS}")
+    spec = _algorithm(algorithm)
+    _check_temperature(temperature)  # before loading any model
     config = config or LearnerConfig()
     torch.manual_seed(config.seed)
     policy, tokenizer = load_policy(policy_path, device=config.device, dtype=config.dtype)
     critic = None
-    if algorithm in _CRITIC:
+    if spec.critic:
         critic = ValueModel.from_pretrained(critic_path or policy_path,
                                             freeze=config.critic_freeze,
                                             dtype=getattr(torch, config.dtype),
                                             device=config.device, seed=config.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer,
-                   total_steps=total_steps)
+                   total_steps=total_steps, temperature=temperature)

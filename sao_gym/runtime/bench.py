@@ -21,10 +21,10 @@ from typing import Any
 from sao_gym.runtime.config import TrainConfig, load_config
 
 DEFAULTS = [
-    "env=sao_gym/HeavyTail-v0", "batch_size=8", "concurrency=8", "total_steps=8",
-    "max_new_tokens=8", "max_context_tokens=512", "max_staleness=4",
-    "learner.critic_warmup_steps=0", "learner.lr=1e-5", "checkpoint_every=0",
-    "backend_max_batch_size=16",
+    "env=sao_gym/HeavyTail-v0", "total_steps=8", "rollout.batch_size=8",
+    "rollout.concurrency=8", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
+    "rollout.max_staleness=4", "learner.critic_warmup_steps=0", "learner.lr=1e-5",
+    "checkpoint.every=0", "inference.max_batch_size=16", "eval.episodes=0",
 ]
 """The default benchmark configuration (``--set`` overrides apply on top)."""
 
@@ -33,7 +33,7 @@ def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
                   work_dir: str | None = None) -> dict[str, Any]:
     """Train in both modes ``repeats`` times (alternating); return throughputs and ratio."""
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.trainer import Trainer
+    from sao_gym.runtime.build import build_trainer
 
     base: TrainConfig = load_config(None, [*DEFAULTS, *overrides])
     root = Path(work_dir or tempfile.mkdtemp(prefix="sao-bench-"))
@@ -42,15 +42,15 @@ def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
     for rep in range(repeats):
         for mode in ("sync", "async"):
             cfg = dataclasses.replace(base, mode=mode)
-            trainer = Trainer(cfg, root / f"{mode}-{rep}", model)
+            trainer = build_trainer(cfg, root / f"{mode}-{rep}", policy_path=model)
             trainer.run()
-            runs[mode].append(cfg.total_steps * cfg.batch_size / trainer.loop_seconds)
+            runs[mode].append(cfg.total_steps * cfg.rollout.batch_size / trainer.loop_seconds)
     med = {m: sorted(v)[len(v) // 2] for m, v in runs.items()}
     return {
         "async_trajectories_per_s": med["async"],
         "sync_trajectories_per_s": med["sync"],
         "ratio": med["async"] / med["sync"],
         "runs": runs,
-        "trajectories": base.total_steps * base.batch_size,
+        "trajectories": base.total_steps * base.rollout.batch_size,
         "config": {k: v for k, v in base.to_dict().items() if k != "learner"},
     }

@@ -1,14 +1,29 @@
-"""Training configuration: one dataclass, YAML files and ``--set`` overrides.
+"""Training configuration, one frozen dataclass per component.
 
-``load_config(path, overrides)`` reads an optional YAML file, applies
-``key=value`` overrides (dotted keys reach the nested learner config:
-``learner.lr=1e-4``), and validates everything at once: an unknown key or a
-value of the wrong type fails with a message naming the valid keys.
+A config file is YAML whose top level holds the run's identity
+(``algorithm, mode, env, env_kwargs, model, total_steps, seed``) and one
+mapping per component: ``rollout``, ``inference``, ``learner``,
+``warm_start`` (``null``: none), ``eval``, ``checkpoint``, ``logging``.
+``--set key=value`` overrides use dotted keys (``rollout.batch_size=8``,
+``learner.lr=1e-4``). Unset keys take the library defaults, which are the
+paper's where it states them; a recipe (``sao_gym/recipes/*.yaml``, e.g.
+the embedded demo) holds a job's own choices.
+
+``load_config(path, overrides)`` validates everything at once: an unknown
+key or a value of the wrong type fails with a :class:`ConfigError` naming
+the valid keys. This module only describes and validates; the builder
+(:mod:`sao_gym.runtime.build`) is the one reader that turns a config into
+parts.
 
 Example:
-    >>> cfg = load_config(None, ["total_steps=20", "batch_size=2", "learner.lr=1e-4"])
-    >>> cfg.total_steps, cfg.batch_size, cfg.learner.lr
+    >>> cfg = load_config(None, ["total_steps=20", "rollout.batch_size=2", "learner.lr=1e-4"])
+    >>> cfg.total_steps, cfg.rollout.batch_size, cfg.learner.lr
     (20, 2, 0.0001)
+    >>> try:
+    ...     load_config(None, ["batch_size=2"])
+    ... except ConfigError as e:
+    ...     print(e)
+    unknown key 'batch_size' (did you mean 'rollout.batch_size'?)
 
 """
 
@@ -24,22 +39,13 @@ from typing import Any
 
 import yaml
 
-from sao_gym.learner.sao import ALGORITHMS, LearnerConfig
+from sao_gym.learner.algorithms import ALGORITHMS
+from sao_gym.learner.config import LearnerConfig
 
 MODES = ("async", "sync")
-
-DEMO_LEARNER = LearnerConfig(lr=2e-4, critic_warmup_steps=0)
-"""The learner of the embedded demo (a 0.5M-parameter model learns at a far
-higher rate than the paper's 1e-6 for billion-parameter models; its critic
-learns alongside from the first step). Paper values: ``LearnerConfig()``."""
-
-
-DEMO_ENV_KWARGS: dict[str, dict[str, Any]] = {"sao_gym/Arithmetic-v0": {"operators": "+"}}
-"""Environment options of the embedded demo, used when a config gives no ``env_kwargs``.
-
-Additions only: the tiny model learns to copy numbers within a few hundred
-supervised steps on every seed tried, while copying the operator out of
-three took some seeds over 1,000 (docs/benchmarks.md)."""
+BACKENDS = ("hf",)
+LOGGERS = ("jsonl", "tensorboard", "wandb")
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 class ConfigError(ValueError):
@@ -47,113 +53,225 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class RolloutConfig:
+    """How episodes are sampled and admitted."""
+
+    batch_size: int = 128
+    """Rollouts per learner step (paper: 128)."""
+    group_size: int = 1
+    """Rollouts per task sampled together (1: SAO; > 1 for the GRPO algorithms)."""
+    concurrency: int = 64
+    """Episodes running at once."""
+    max_staleness: int = 1
+    """Most policy versions between the version the learner trains and the one that
+    sampled any of its tokens (queued rollouts included). ``mode: sync`` uses 0."""
+    max_new_tokens: int = 1024
+    """Sampling budget per turn."""
+    temperature: float = 1.0
+    """Sampling temperature (> 0; the learner scores the same tempered distribution)."""
+    top_p: float = 1.0
+    """Nucleus mass; training needs 1.0 (the learner cannot reproduce a nucleus exactly)."""
+    max_context_tokens: int = 8192
+    """Token budget of a whole episode (the agent's context)."""
+    max_episode_steps: int | None = None
+    """Turn limit (None: the environment's registered limit)."""
+    max_infra_retries: int = 3
+    """Retries of an episode that failed for infrastructure reasons (then its group is dropped)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "batch_size", "group_size", "concurrency", "max_new_tokens",
+                  "max_context_tokens")
+        _at_least(self, 0, "max_staleness", "max_infra_retries")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ConfigError(f"rollout.max_episode_steps must be >= 1 or null, "
+                              f"got {self.max_episode_steps}")
+        if self.batch_size % self.group_size:
+            raise ConfigError(f"rollout.batch_size ({self.batch_size}) must be a multiple of "
+                              f"rollout.group_size ({self.group_size})")
+        if not self.temperature > 0:
+            raise ConfigError(f"rollout.temperature must be > 0 for training (greedy samples "
+                              f"have no sampling distribution to learn from), got "
+                              f"{self.temperature}")
+        if self.top_p != 1.0:
+            raise ConfigError(
+                f"rollout.top_p={self.top_p}: training needs top_p = 1.0. The learner scores "
+                "tokens under the full (tempered) softmax; a nucleus depends on exact logits, "
+                "so the sampler's truncated distribution cannot be reproduced and every ratio "
+                "would be biased. Use temperature to sharpen sampling instead.")
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """The inference backend that samples for training."""
+
+    backend: str = "hf"
+    """``hf``: in-process transformers with continuous batching."""
+    max_batch_size: int = 32
+    """Most sequences the backend decodes together."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"inference.backend must be one of {BACKENDS}, got "
+                              f"{self.backend!r}")
+        _at_least(self, 1, "max_batch_size")
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on oracle demonstrations before RL."""
+
+    steps: int = 1500
+    """Most supervised steps (0: none)."""
+    episodes: int = 2048
+    """Demonstrations collected."""
+    lr: float = 3e-3
+    """Peak learning rate (linear warm-up over the first 5% of steps)."""
+    batch_size: int = 16
+    """Demonstrations per step."""
+    target_success: float | None = 0.4
+    """Stop once the policy would solve this share of held-out tasks at temperature 1
+    (``sequence_success``); ``steps`` is then the maximum. None: run every step."""
+    holdout_episodes: int = 64
+    """Held-out demonstrations (tasks not trained on) for the early stop."""
+    oracle: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's demonstration oracle."""
+    label_smoothing: float = 0.0
+    """Label smoothing of the supervised loss."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "steps")
+        _at_least(self, 1, "episodes", "batch_size", "holdout_episodes")
+        if not self.lr > 0:
+            raise ConfigError(f"warm_start.lr must be > 0, got {self.lr}")
+        target = self.target_success
+        if target is not None and not 0.0 < target <= 1.0:
+            raise ConfigError(f"warm_start.target_success must be in (0, 1] or null, got {target}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"warm_start.label_smoothing must be in [0, 1), got "
+                              f"{self.label_smoothing}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation of the starting and the trained policy."""
+
+    episodes: int = 64
+    """Episodes before and after RL (0: none)."""
+    temperature: float | None = None
+    """Sampling temperature (None: ``rollout.temperature``)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "episodes")
+        if self.temperature is not None and not self.temperature >= 0:
+            raise ConfigError(f"eval.temperature must be >= 0, got {self.temperature}")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """When checkpoints are written."""
+
+    every: int = 50
+    """Learner steps between checkpoints (0: only at the end and on signals)."""
+    keep: int = 2
+    """Complete checkpoints kept on disk."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 0, "every")
+        _at_least(self, 1, "keep")
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Where metrics go."""
+
+    loggers: str = "jsonl"
+    """Comma-separated: jsonl (always on), tensorboard, wandb."""
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.names if n not in LOGGERS]
+        if unknown:
+            raise ConfigError(f"logging.loggers: unknown {unknown}; valid: {list(LOGGERS)}")
+
+    @property
+    def names(self) -> list[str]:
+        """The logger names, ``jsonl`` first."""
+        names = [n.strip() for n in self.loggers.split(",") if n.strip()]
+        return ["jsonl", *[n for n in names if n != "jsonl"]]
+
+
+@dataclass(frozen=True)
 class TrainConfig:
-    """Everything ``sao-gym train`` needs; YAML keys are these field names."""
+    """Everything ``sao-gym train`` needs (see the module docs for the layout)."""
 
     algorithm: str = "sao"
     """sao, vapo, grpo, grpo_dis or running_mean."""
     mode: str = "async"
-    """async (SAO: each rollout trains as soon as a batch is in) or sync (batch baseline)."""
+    """async (each rollout trains as soon as a batch is in) or sync (the batch baseline:
+    generate a batch, wait for the slowest episode, train; staleness 0)."""
     env: str = "sao_gym/Arithmetic-v0"
-    """Registered environment id."""
-    env_kwargs: dict[str, Any] | None = None
-    """Keyword arguments of the environment's constructor (None: ``DEMO_ENV_KWARGS[env]``
-    when the demo has options for ``env``, else none)."""
+    """Environment id; ``module:id`` imports ``module`` first (it registers the id)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the environment's constructor."""
     model: str = "tiny"
-    """``tiny`` (the demo's random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
-    total_steps: int = 100
+    """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
+    total_steps: int = 1000
     """Learner steps to run."""
-    batch_size: int = 16
-    """Rollouts per learner step."""
-    group_size: int = 1
-    """Rollouts per task (> 1 for the GRPO algorithms; batch_size must be a multiple)."""
-    max_staleness: int = 1
-    """Most policy versions between a token's sampler and the learner that trains on it."""
-    concurrency: int = 16
-    """Episodes running at once."""
-    checkpoint_every: int = 50
-    """Learner steps between checkpoints (0: only at the end and on signals)."""
-    keep_checkpoints: int = 2
-    """Complete checkpoints kept on disk."""
     seed: int = 0
     """Seeds the model, the task stream and sampling."""
-    logger: str = "jsonl"
-    """Metric loggers, comma-separated: jsonl (always on), tensorboard, wandb."""
-    max_new_tokens: int = 24
-    """Sampling budget per turn."""
-    temperature: float = 1.0
-    """Sampling temperature (1.0: the learner's logprobs are untempered)."""
-    max_context_tokens: int = 512
-    """Token budget of a whole episode."""
-    max_episode_steps: int | None = None
-    """Turn limit (None: the environment's registered limit)."""
-    max_infra_retries: int = 3
-    """Retries of a task whose episode failed for infrastructure reasons."""
-    warm_start_steps: int = 1500
-    """Most supervised steps on oracle demonstrations before RL (0: no warm start)."""
-    warm_start_episodes: int = 2048
-    """Demonstrations collected for the warm start."""
-    warm_start_lr: float = 3e-3
-    """Peak learning rate of the warm start (linear warm-up over its first 5% of steps)."""
-    warm_start_batch_size: int = 16
-    """Demonstrations per warm-start step."""
-    warm_start_label_smoothing: float = 0.0
-    """Label smoothing of the warm start (keeps the policy exploring at temperature 1)."""
-    warm_start_target_success: float | None = 0.4
-    """Stop the warm start early once it would solve this share of held-out tasks at
-    temperature 1 (``sequence_success`` of ``warm_start_holdout_episodes``
-    demonstrations); ``warm_start_steps`` is then the maximum. None: run every step."""
-    warm_start_holdout_episodes: int = 64
-    """Held-out demonstrations (tasks not trained on) for the early stop."""
-    warm_start_oracle: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the environment's demonstration oracle (see ``ORACLES``)."""
-    eval_episodes: int = 256
-    """Evaluation episodes before and after RL (0: none)."""
-    backend_max_batch_size: int = 32
-    """Most sequences the inference backend decodes together."""
-    learner: LearnerConfig = field(default_factory=lambda: DEMO_LEARNER)
-    """Learner hyperparameters (see docs/learner.md); unset keys take ``DEMO_LEARNER``'s."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """Sampling and admission."""
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    """The inference backend."""
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """Learner hyperparameters (the paper's by default; see docs/learner.md)."""
+    warm_start: WarmStartConfig | None = None
+    """Supervised warm start before RL (null: none)."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """Evaluation before and after RL."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpointing."""
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Metric loggers."""
 
     def __post_init__(self) -> None:
-        if self.env_kwargs is None:
-            object.__setattr__(self, "env_kwargs", dict(DEMO_ENV_KWARGS.get(self.env, {})))
         if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
+            raise ConfigError(f"algorithm must be one of {tuple(ALGORITHMS)}, got "
+                              f"{self.algorithm!r}")
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
-        for name in ("total_steps", "batch_size", "group_size", "concurrency",
-                     "max_new_tokens", "max_context_tokens", "backend_max_batch_size",
-                     "keep_checkpoints", "warm_start_batch_size",
-                     "warm_start_holdout_episodes"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_staleness", "checkpoint_every", "max_infra_retries",
-                     "warm_start_steps", "eval_episodes"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        target = self.warm_start_target_success
-        if target is not None and not 0.0 < target <= 1.0:
-            raise ConfigError(f"warm_start_target_success must be in (0, 1] or null, got {target}")
-        if self.batch_size % self.group_size:
-            raise ConfigError(f"batch_size ({self.batch_size}) must be a multiple of "
-                              f"group_size ({self.group_size})")
-        if self.algorithm.startswith("grpo") and self.group_size < 2:
-            raise ConfigError(f"{self.algorithm} needs group_size >= 2")
-        if not self.temperature >= 0:
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.algorithm.startswith("grpo") and self.learner.group_size != self.group_size:
-            object.__setattr__(self, "learner",
-                               dataclasses.replace(self.learner, group_size=self.group_size))
+        _at_least(self, 1, "total_steps")
+        if not self.env or not isinstance(self.env, str):
+            raise ConfigError("env must be an environment id")
+        grouped = ALGORITHMS[self.algorithm].grouped
+        if grouped and self.rollout.group_size < 2:
+            raise ConfigError(f"{self.algorithm} needs rollout.group_size >= 2")
+        if not grouped and self.rollout.group_size != 1:
+            raise ConfigError(f"{self.algorithm} trains single rollouts: rollout.group_size "
+                              f"must be 1, got {self.rollout.group_size}")
 
     @property
-    def loggers(self) -> list[str]:
-        """The logger names, ``jsonl`` first."""
-        names = [n.strip() for n in self.logger.split(",") if n.strip()]
-        return ["jsonl", *[n for n in names if n != "jsonl"]]
+    def max_staleness(self) -> int:
+        """The staleness bound the run uses (0 in sync mode)."""
+        return 0 if self.mode == "sync" else self.rollout.max_staleness
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict (YAML-serialisable)."""
+        """A plain dict (YAML-serialisable; :func:`load_config` reads it back identically)."""
         return dataclasses.asdict(self)
+
+
+def _at_least(obj: Any, low: int, *names: str) -> None:
+    prefix = {RolloutConfig: "rollout.", InferenceConfig: "inference.",
+              WarmStartConfig: "warm_start.", EvalConfig: "eval.",
+              CheckpointConfig: "checkpoint."}.get(type(obj), "")
+    for name in names:
+        value = getattr(obj, name)
+        if value < low:
+            raise ConfigError(f"{prefix}{name} must be >= {low}, got {value}")
+
+
+# ---------------------------------------------------------------------------
+# reading YAML and overrides
+# ---------------------------------------------------------------------------
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -177,27 +295,57 @@ def _type_ok(value: Any, hint: Any) -> bool:
     return True
 
 
+def _section(hint: Any) -> tuple[type | None, bool]:
+    """``(dataclass, nullable)`` when ``hint`` is a component section, else ``(None, False)``."""
+    if dataclasses.is_dataclass(hint):
+        return hint, False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        classes = [a for a in args if dataclasses.is_dataclass(a)]
+        if len(classes) == 1 and type(None) in args:
+            return classes[0], True
+    return None, False
+
+
+def _suggest(key: str) -> str:
+    """A hint for a top-level key that lives in a section now."""
+    hints = typing.get_type_hints(TrainConfig)
+    for name, hint in hints.items():
+        cls, _ = _section(hint)
+        if cls is not None and key in {f.name for f in dataclasses.fields(cls)}:
+            return f" (did you mean '{name}.{key}'?)"
+        if cls is not None and "_" in key and key.startswith(name.split("_")[0]):
+            rest = key[len(name) + 1:] if key.startswith(name + "_") else None
+            if rest and rest in {f.name for f in dataclasses.fields(cls)}:
+                return f" (did you mean '{name}.{rest}'?)"
+    return ""
+
+
 def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(cls)
-    defaults = {f.name: f.default_factory for f in dataclasses.fields(cls)
-                if f.default_factory is not dataclasses.MISSING}
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - fields)
     if unknown:
+        if not where and len(unknown) == 1 and _suggest(unknown[0]):
+            raise ConfigError(f"unknown key '{unknown[0]}'{_suggest(unknown[0])}")
         raise ConfigError(f"unknown key(s) {[where + k for k in unknown]}; valid keys: "
                           f"{[where + k for k in sorted(fields)]}")
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        section, nullable = _section(hint)
+        if section is not None:
+            if value is None and nullable:
+                kwargs[key] = None
+                continue
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}{key} must be a mapping of {hint.__name__} fields")
-            base = dataclasses.asdict(defaults[key]()) if key in defaults else {}
-            value = _build(hint, {**base, **value}, f"{key}.")
+                raise ConfigError(f"{where}{key} must be a mapping of {section.__name__} fields"
+                                  + (" or null" if nullable else ""))
+            value = _build(section, value, f"{where}{key}.")
         elif not _type_ok(value, hint):
-            raise ConfigError(f"bad value for {where}{key}: expected {hint}, got {value!r}")
-        elif hint is float or typing.get_origin(hint) in (typing.Union, types.UnionType) \
-                and float in typing.get_args(hint) and isinstance(value, int):
+            raise ConfigError(f"bad value for {where}{key}: expected {_hint_name(hint)}, "
+                              f"got {value!r}")
+        elif _accepts_float(hint) and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         kwargs[key] = value
     try:
@@ -205,7 +353,19 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"invalid {where or 'train'} config: {e}") from None
+        raise ConfigError(f"invalid {where.rstrip('.') or 'train'} config: {e}") from None
+
+
+def _accepts_float(hint: Any) -> bool:
+    if hint is float:
+        return True
+    args = typing.get_args(hint) if typing.get_origin(hint) in (
+        typing.Union, types.UnionType) else ()
+    return float in args and int not in args
+
+
+def _hint_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -232,14 +392,26 @@ def _looks_numeric(text: str) -> bool:
     return text.strip().lower() not in ("nan", "inf", "-inf", "infinity")
 
 
+def recipe_path(name: str) -> Path:
+    """The YAML file of a recipe shipped with the package (``demo`` -> ``recipes/demo.yaml``)."""
+    path = RECIPES_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+        raise ConfigError(f"no recipe {name!r}; shipped recipes: {known}")
+    return path
+
+
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> TrainConfig:
-    """Read ``path`` (YAML, optional), apply ``key=value`` overrides, validate."""
+    """Read ``path`` (YAML, optional; None: library defaults), apply overrides, validate."""
     data: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path} is not valid YAML: {e}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path} must hold a mapping of config keys")
         data = loaded
@@ -247,11 +419,18 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
         keys, value = parse_override(text)
         node = data
         for k in keys[:-1]:
-            node = node.setdefault(k, {})
+            if node.get(k) is None:
+                node[k] = {}
+            node = node[k]
             if not isinstance(node, dict):
                 raise ConfigError(f"cannot set {text!r}: {k} is not a mapping")
         node[keys[-1]] = value
     return _build(TrainConfig, data, "")
+
+
+def load_recipe(name: str, overrides: Sequence[str] = ()) -> TrainConfig:
+    """:func:`load_config` of a shipped recipe (``load_recipe("demo")``: the embedded demo)."""
+    return load_config(recipe_path(name), overrides)
 
 
 def save_config(config: TrainConfig, path: str | Path) -> None:

@@ -92,22 +92,28 @@ async def acollect_demonstrations(
     import sao_gym
     from sao_gym.agents import LLMAgent
     from sao_gym.inference.scripted import ScriptedBackend
-    from sao_gym.rollout import run_episode
+    from sao_gym.rollout import play_episode
 
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+
+    def factories(turns: _OracleTurns) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        def make_env() -> Any:
+            env = sao_gym.make(env_id, **dict(env_kwargs or {}))
+            # The task is chosen at reset, before the first act(): read it lazily.
+            turns.task = _LazyTask(env)
+            return env
+
+        def make_agent() -> Any:
+            turns.agent = LLMAgent(ScriptedBackend(turns), tokenizer, **agent_kwargs)
+            return turns.agent
+
+        return make_env, make_agent
+
     demos: list[Rollout] = []
     for i in range(episodes):
-        env = sao_gym.make(env_id, **dict(env_kwargs or {}))
         turns = _OracleTurns(tokenizer, oracle)
-        agent = LLMAgent(ScriptedBackend(turns), tokenizer, **agent_kwargs)
-        turns.agent = agent
-        # The task is chosen at reset, before the first act(): read it lazily.
-        turns.task = _LazyTask(env)
-        try:
-            rollout = await run_episode(env, agent, seed=seed + i)
-        finally:
-            await env.aclose()
+        rollout = await play_episode(*factories(turns), seed=seed + i)
         if turns.error is not None:
             raise RuntimeError(
                 f"demonstration {i} (seed {seed + i}) failed: {turns.error}"

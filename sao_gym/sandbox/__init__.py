@@ -4,7 +4,9 @@
   :class:`Limits` and the errors live in :mod:`sao_gym.sandbox.base`.
 - ``LocalSandbox`` (bubblewrap, the default) and ``DockerSandbox`` (the
   ``docker`` extra), imported lazily.
-- :class:`~sao_gym.sandbox.pool.SandboxPool`: warm, bounded, single-use.
+- :class:`~sao_gym.sandbox.pool.SandboxPool`: warm, bounded, single-use;
+  :func:`shared_pool` (one per spec and event loop) and
+  :class:`EpisodeSandbox` (an env's lease, from reset to close).
 - :func:`make_sandbox`: a sandbox from a config value.
 
 What each backend isolates, and what not: docs/sandbox.md.
@@ -25,7 +27,15 @@ from sao_gym.sandbox.base import (
     SandboxTimeout,
     SandboxUnavailable,
 )
-from sao_gym.sandbox.pool import SandboxLease, SandboxPool
+from sao_gym.sandbox.pool import (
+    POOL_OPTIONS,
+    EpisodeSandbox,
+    SandboxLease,
+    SandboxPool,
+    aclose_shared_pools,
+    shared_pool,
+    split_pool_options,
+)
 
 BACKENDS = {
     "local": "sao_gym.sandbox.local:LocalSandbox",
@@ -34,6 +44,8 @@ BACKENDS = {
 
 __all__ = [
     "BACKENDS",
+    "POOL_OPTIONS",
+    "EpisodeSandbox",
     "ExecResult",
     "Limits",
     "Sandbox",
@@ -43,8 +55,11 @@ __all__ = [
     "SandboxPool",
     "SandboxTimeout",
     "SandboxUnavailable",
+    "aclose_shared_pools",
     "backend_class",
     "make_sandbox",
+    "shared_pool",
+    "split_pool_options",
     "start_sandbox",
 ]
 
@@ -61,7 +76,8 @@ def make_sandbox(spec: str | Mapping[str, Any] = "local") -> Sandbox:
     """Build an unstarted sandbox from a config value.
 
     ``spec`` is a backend name, or a mapping ``{"backend": name, **options}``
-    where ``limits`` may be a mapping of :class:`Limits` fields.
+    where ``limits`` may be a mapping of :class:`Limits` fields. A ``pool``
+    entry (options of :func:`shared_pool`) is checked and otherwise ignored.
 
     Example:
         >>> sb = make_sandbox({"backend": "local", "limits": {"memory_mb": 512}})
@@ -69,6 +85,7 @@ def make_sandbox(spec: str | Mapping[str, Any] = "local") -> Sandbox:
         512
 
     """
+    spec, _ = split_pool_options(spec)
     options = {"backend": spec} if isinstance(spec, str) else dict(spec)
     cls = backend_class(str(options.pop("backend", "local")))
     limits = options.get("limits")

@@ -10,14 +10,24 @@ starts at once, in the background, while the model generates its first turn;
 the environment awaits :meth:`SandboxLease.get` on first use and calls
 :meth:`SandboxLease.release` when the episode ends. Each phase has its own
 time limit (setup, teardown; a command's own limit is ``run(timeout_s=...)``).
+
+Environments built once per episode (the trainer makes a new env for every
+episode) share pools through :func:`shared_pool`: one pool per sandbox spec
+and event loop, closed when the loop shuts down. :class:`EpisodeSandbox` is
+the life cycle an env holds: lease at reset, get on first use, release at the
+next reset or at close.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
+import weakref
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from sao_gym.sandbox.base import Sandbox, SandboxError, SandboxTimeout
 
@@ -45,8 +55,8 @@ class SandboxPool:
         factory: builds an unstarted sandbox (e.g. ``lambda: LocalSandbox()``).
         size: started sandboxes kept ready.
         max_concurrency: sandboxes in use at once; further acquisitions wait.
-        setup_timeout_s: limit on starting one sandbox.
-        teardown_timeout_s: limit on closing one sandbox.
+        setup_timeout_s: limit on starting one sandbox (``None``: none).
+        teardown_timeout_s: limit on closing one sandbox (``None``: none).
 
     """
 
@@ -56,8 +66,8 @@ class SandboxPool:
         size: int = 0,
         max_concurrency: int = 16,
         *,
-        setup_timeout_s: float = 60.0,
-        teardown_timeout_s: float = 30.0,
+        setup_timeout_s: float | None = 60.0,
+        teardown_timeout_s: float | None = 30.0,
     ):
         if size < 0 or max_concurrency < 1:
             raise ValueError("size must be >= 0 and max_concurrency >= 1")
@@ -74,6 +84,11 @@ class SandboxPool:
         self._closed = False
 
     # ----- public API -----
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called (acquisitions then fail)."""
+        return self._closed
+
     def lease(self) -> SandboxLease:
         """Start acquiring a sandbox in the background; await ``.get()`` to use it."""
         return SandboxLease(self)
@@ -148,8 +163,9 @@ class SandboxPool:
             self.stats.failures += 1
             await self._close_one(sandbox)
             raise SandboxTimeout(f"sandbox start took over {self.setup_timeout_s} s") from None
-        except BaseException:
-            self.stats.failures += 1
+        except BaseException as e:
+            if not isinstance(e, asyncio.CancelledError):  # a released lease is no failure
+                self.stats.failures += 1
             await asyncio.shield(self._close_one(sandbox))
             raise
         self.stats.started += 1
@@ -209,3 +225,215 @@ class SandboxLease:
         await asyncio.wait([self._task])
         if not self._task.cancelled() and self._task.exception() is None:
             await self._pool.release(self._task.result())
+
+
+# ----- pools shared by the envs of one event loop ---------------------------------------
+POOL_OPTIONS: dict[str, Any] = {
+    "size": 0,
+    "max_concurrency": 256,
+    "setup_timeout_s": 60.0,
+    "teardown_timeout_s": 30.0,
+}
+"""Options of a shared pool (the ``"pool"`` entry of a sandbox spec), with their defaults.
+
+No warm sandboxes by default; ``max_concurrency`` is a safety bound, not a throttle."""
+
+
+def split_pool_options(
+    spec: str | Mapping[str, Any],
+) -> tuple[str | Mapping[str, Any], dict[str, Any]]:
+    """``spec`` without its ``"pool"`` entry, and the shared pool's options (defaults filled).
+
+    Example:
+        >>> spec, options = split_pool_options({"backend": "local", "pool": {"size": 2}})
+        >>> spec, options["size"], options["max_concurrency"]
+        ({'backend': 'local'}, 2, 256)
+
+    Raises:
+        ValueError: unknown or out-of-range pool options.
+
+    """
+    if not isinstance(spec, Mapping) or "pool" not in spec:
+        return spec, dict(POOL_OPTIONS)
+    rest = dict(spec)
+    given = rest.pop("pool")
+    if not isinstance(given, Mapping):
+        raise ValueError(f'the sandbox spec\'s "pool" must be a mapping of options '
+                         f"{sorted(POOL_OPTIONS)}, got {given!r}")
+    unknown = set(given) - set(POOL_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown sandbox pool options {sorted(unknown)}; valid: "
+                         f"{sorted(POOL_OPTIONS)}")
+    options = {**POOL_OPTIONS, **given}
+    for name, low in (("size", 0), ("max_concurrency", 1)):
+        value = options[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"sandbox pool {name} must be an int >= {low}, got {value!r}")
+    for name in ("setup_timeout_s", "teardown_timeout_s"):
+        value = options[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not (value > 0 and math.isfinite(value))):
+            raise ValueError(f"sandbox pool {name} must be a number > 0 or None, got {value!r}")
+    return rest, options
+
+
+@dataclass
+class _LoopPools:
+    """The shared pools of one event loop, and the async generator that closes warm ones."""
+
+    pools: dict[Hashable, SandboxPool] = field(default_factory=dict)
+    closer: Any = None
+
+
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopPools] = \
+    weakref.WeakKeyDictionary()
+
+
+def shared_pool(
+    spec: str | Mapping[str, Any] = "local",
+    *,
+    make: Callable[[str | Mapping[str, Any]], Sandbox] | None = None,
+) -> SandboxPool:
+    """The pool of ``spec``'s sandboxes shared on the running event loop (made at first use).
+
+    Everything on one loop asking for the same spec (same content, whatever
+    the key order) and the same ``make`` gets the same pool, so envs built
+    per episode share its warm sandboxes and its bound. The pool's options
+    are the spec's ``"pool"`` entry (:data:`POOL_OPTIONS`); its sandboxes are
+    ``make(spec without "pool")`` (default :func:`sao_gym.sandbox.make_sandbox`,
+    looked up at each call; pass a module-level function, not a new lambda,
+    or no pool is shared). A loop's pools are closed when it shuts down
+    (``asyncio.run``, ``asyncio.Runner``, the sync API's ``env.close()``), or
+    by :func:`aclose_shared_pools`; a closed pool is replaced at the next call.
+    """
+    loop = asyncio.get_running_loop()
+    if make is None:
+        from sao_gym import sandbox as package
+
+        make = package.make_sandbox
+    key = (_spec_key(spec), make)
+    shared = _SHARED.setdefault(loop, _LoopPools())
+    pool = shared.pools.get(key)
+    if pool is None or pool.closed:
+        sandbox_spec, options = split_pool_options(spec)
+        pool = shared.pools[key] = SandboxPool(lambda: make(sandbox_spec), **options)
+    if pool.size > 0 and shared.closer is None:  # warm sandboxes: close them with the loop
+        shared.closer = _close_at_shutdown(shared.pools)
+        _start(shared.closer)
+    return pool
+
+
+async def aclose_shared_pools() -> None:
+    """Close the running loop's shared pools now (their warm sandboxes). Idempotent.
+
+    Leased sandboxes stay with their leases (closed when released).
+    """
+    shared = _SHARED.get(asyncio.get_running_loop())
+    if shared is not None:
+        await _aclose_all(shared.pools)
+
+
+def _spec_key(spec: Any) -> str:
+    options = {"backend": spec} if isinstance(spec, str) else dict(spec)
+    options.setdefault("backend", "local")
+    return json.dumps(options, sort_keys=True, default=repr)
+
+
+async def _aclose_all(pools: dict[Hashable, SandboxPool]) -> None:
+    closing = list(pools.values())
+    pools.clear()
+    await asyncio.gather(*(pool.aclose() for pool in closing), return_exceptions=True)
+
+
+async def _close_at_shutdown(pools: dict[Hashable, SandboxPool]) -> AsyncIterator[None]:
+    """Suspended until ``loop.shutdown_asyncgens()``, which closes it: then close ``pools``.
+
+    asyncio offers no "loop closing" callback, but an async generator that has
+    started is registered with its loop (the loop's ``firstiter`` hook), and
+    ``shutdown_asyncgens()`` (run by ``asyncio.run``, ``asyncio.Runner`` and
+    the sync API's ``close``) closes every such generator, running this
+    ``finally`` while the loop still runs. Only loops with warm pools get one:
+    the generator refers to its loop (its finalizer), so its registry entry
+    lives until then, while pools without warm sandboxes hold no reference
+    to their loop and their entry goes with it.
+    """
+    try:
+        yield
+    finally:
+        _SHARED.pop(asyncio.get_running_loop(), None)
+        await _aclose_all(pools)
+
+
+def _start(agen: Any) -> None:
+    """Run ``agen`` to its first ``yield`` (registering it with the running loop)."""
+    step = agen.__anext__()
+    try:
+        step.send(None)
+    except StopIteration:
+        pass
+    else:  # pragma: no cover - the generator yields before any await
+        raise RuntimeError("the pool closer awaited before its first yield")
+
+
+class EpisodeSandbox:
+    """The sandbox of an environment's current episode, leased from a pool.
+
+    In reset, ``await lease(spec)`` releases the previous episode's sandbox
+    and starts provisioning a new one in the background, overlapping the
+    model's first turn; ``await get()`` returns it, started, at first use (a
+    failed start raises its :class:`SandboxError` there: an infra failure);
+    ``await release()`` closes it (single use) at the episode's end or at
+    close. Sandboxes come from ``pool`` when given (the caller owns it), else
+    from :func:`shared_pool` of the spec.
+
+    Args:
+        pool: a pool the caller owns and closes; ``None``: shared pools.
+        owner: the :class:`~sao_gym.core.AgentEnv` holding this; under its
+            sync API provisioning starts at the first ``get`` instead.
+
+    """
+
+    def __init__(self, pool: SandboxPool | None = None, *, owner: Any = None):
+        self.pool = pool
+        self.sandbox: Sandbox | None = None
+        """The started sandbox once :meth:`get` returned it (``None`` before and after)."""
+        self._owner = owner
+        self._lease: SandboxLease | None = None
+        self._deferred: SandboxPool | None = None
+
+    @property
+    def leased(self) -> bool:
+        """Whether a sandbox is leased (or about to be) for the current episode."""
+        return self._lease is not None or self._deferred is not None
+
+    async def lease(self, spec: str | Mapping[str, Any] = "local", *,
+                    make: Callable[[str | Mapping[str, Any]], Sandbox] | None = None) -> None:
+        """Release the current sandbox and lease a new one (``spec``, ``make``: see shared_pool)."""
+        await self.release()
+        pool = self.pool if self.pool is not None else shared_pool(spec, make=make)
+        if self._in_background():
+            self._lease = pool.lease()
+        else:
+            self._deferred = pool
+
+    async def get(self) -> Sandbox:
+        """The leased sandbox, started (raises its start's ``SandboxError``)."""
+        if self._lease is None:
+            if self._deferred is None:
+                raise SandboxError("no sandbox is leased: the episode is over or never started")
+            self._lease, self._deferred = self._deferred.lease(), None
+        self.sandbox = await self._lease.get()
+        return self.sandbox
+
+    async def release(self) -> None:
+        """Close the sandbox or cancel its provisioning. Idempotent; never raises."""
+        lease, self._lease, self._deferred, self.sandbox = self._lease, None, None, None
+        if lease is not None:
+            await lease.release()
+
+    def _in_background(self) -> bool:
+        # AgentEnv's sync API (reset/step/close) runs each call on a private loop that
+        # stops in between: a start left pending there would stall while its time
+        # limits (setup_timeout_s, the backend's own) ran on, so it waits for get().
+        sync = getattr(self._owner, "_sync", None)
+        return asyncio.get_running_loop() is not getattr(sync, "_loop", None)

@@ -12,10 +12,11 @@ from sao_gym.cli import main
 from sao_gym.logging import read_metrics
 from sao_gym.runtime.checkpoint import CheckpointManager
 
-SMALL = ["--set", "concurrency=2", "--set", "max_new_tokens=8", "--set", "max_episode_steps=2",
-         "--set", "batch_size=1", "--set", "learner.critic_warmup_steps=0",
-         "--set", "max_context_tokens=1024", "--set", "backend_max_batch_size=2",
-         "--set", "warm_start_steps=0", "--set", "eval_episodes=0"]
+SMALL = ["--set", "rollout.concurrency=2", "--set", "rollout.max_new_tokens=8",
+         "--set", "rollout.max_episode_steps=2", "--set", "rollout.batch_size=1",
+         "--set", "learner.critic_warmup_steps=0", "--set", "rollout.max_context_tokens=1024",
+         "--set", "inference.max_batch_size=2", "--set", "warm_start=null",
+         "--set", "eval.episodes=0"]
 
 
 def _train_cmd(*args):
@@ -38,7 +39,7 @@ def _wait_for_steps(run, n, proc, timeout=240):
 def test_kill_9_then_resume_logs_every_step_once(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(_train_cmd(*SMALL, "--set", "total_steps=6", "--set",
-                                       "checkpoint_every=2", "--out", str(run)),
+                                       "checkpoint.every=2", "--out", str(run)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_steps(run, 3, proc)
@@ -60,7 +61,7 @@ def test_kill_9_then_resume_logs_every_step_once(tmp_path):
 def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(_train_cmd(*SMALL, "--set", "total_steps=1000", "--set",
-                                       "checkpoint_every=0", "--out", str(run)),
+                                       "checkpoint.every=0", "--out", str(run)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _wait_for_steps(run, 2, proc)
     proc.send_signal(signal.SIGTERM)
@@ -79,6 +80,20 @@ def test_sigterm_checkpoints_and_exits_cleanly(tmp_path):
 def test_train_refuses_bad_input(tmp_path, capsys):
     assert main(["train", "--set", "batchsize=2"]) == 2
     assert "valid keys" in capsys.readouterr().err
+    assert main(["train", "--set", "batch_size=2"]) == 2
+    assert "did you mean 'rollout.batch_size'" in capsys.readouterr().err
+    # setup errors: one line, exit 2, before any work (no banner, no traceback)
+    assert main(["train", "--set", "env=sao_gym/MathTIR-v0"]) == 2  # the demo's env_kwargs
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--set 'env_kwargs={}' clears them" in err
+    assert main(["train", "--set", "env=sao_gym/MathTIR-v0", "--set", "env_kwargs={}"]) == 2
+    err = capsys.readouterr().err  # the demo warm-starts, and MathTIR has no oracle
+    assert err.count("\n") == 1 and "no warm-start oracle for sao_gym/MathTIR-v0" in err
+    assert main(["train", "--set", "env=nope/Nothing-v0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot make env 'nope/Nothing-v0'" in err
+    assert main(["train", "--set", "model=/no/such/model"]) == 2
+    assert "neither 'tiny'" in capsys.readouterr().err
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     assert main(["train", "--out", str(tmp_path)]) == 2
     assert "--resume" in capsys.readouterr().err
@@ -96,7 +111,7 @@ def test_eval_takes_environment_options(tmp_path, capsys):
     capsys.readouterr()
     assert main([*base, "--env-kwargs", "[1, 2]"]) == 2
     assert "YAML mapping" in capsys.readouterr().err
-    assert main([*base, "--env-kwargs", "{bogus: 1}"]) == 1  # the env rejects it, clearly
+    assert main([*base, "--env-kwargs", "{bogus: 1}"]) == 2  # the env rejects it, clearly
     assert "bogus" in capsys.readouterr().err
 
 
@@ -120,9 +135,9 @@ def test_the_default_job_warm_starts_evaluates_trains_and_plots(tmp_path, capsys
     """The `sao-gym train` pipeline of `make demo`, shrunk: every phase leaves its artefact."""
     run = tmp_path / "run"
     # later --set values win over SMALL's
-    assert main(["train", *SMALL, "--set", "warm_start_steps=3", "--set", "warm_start_episodes=4",
-                 "--set", "max_new_tokens=16",
-                 "--set", "eval_episodes=2", "--set", "total_steps=2", "--out", str(run)]) == 0
+    assert main(["train", *SMALL, "--set", "warm_start.steps=3", "--set", "warm_start.episodes=4",
+                 "--set", "rollout.max_new_tokens=16",
+                 "--set", "eval.episodes=2", "--set", "total_steps=2", "--out", str(run)]) == 0
     captured = capsys.readouterr()
     assert (run / "model" / "base" / "config.json").is_file()
     assert (run / "model" / "warm_start" / "config.json").is_file()
@@ -137,3 +152,56 @@ def test_the_default_job_warm_starts_evaluates_trains_and_plots(tmp_path, capsys
     assert plots <= {"clip_ratio.png", "explained_variance.png", "staleness.png", "success.png",
                      "throughput.png"}
     assert "warm start step 3/3" in captured.err and str(run / "plots") in captured.out
+
+
+MY_ENV = '''
+import sao_gym
+from sao_gym.tools import ToolEnv, ToolResult, tool
+
+
+class Pick(ToolEnv):
+    """Pick the secret digit."""
+
+    async def on_reset(self, options):
+        self.task = {"id": "pick", "answer": int(self.np_random.integers(3))}
+        return [{"role": "user", "content": "Pick 0, 1 or 2."}], {}
+
+    @tool(description="Pick.", parameters={"type": "object",
+          "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    async def pick(self, n: int):
+        return ToolResult("ok", terminated=True, reward=float(n == self.task["answer"]))
+
+
+sao_gym.register("mine/Pick-v0", Pick, max_episode_steps=2)
+'''
+
+
+@pytest.mark.slow
+def test_train_and_eval_an_env_from_a_users_module(tmp_path):
+    pkg = tmp_path / "src"
+    pkg.mkdir()
+    (pkg / "my_envs.py").write_text(MY_ENV)
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    env = {**__import__("os").environ, "PYTHONPATH": str(pkg)}
+    env_id = "my_envs:mine/Pick-v0"
+    run = elsewhere / "run"
+
+    def cli(*args, timeout=600):
+        return subprocess.run([sys.executable, "-m", "sao_gym.cli", *args], cwd=elsewhere,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+
+    check = cli("check", env_id, "--episodes", "2")
+    assert check.returncode == 0 and f"PASS: {env_id}" in check.stdout, check.stderr[-2000:]
+    train = cli("train", *SMALL, "--set", f"env={env_id}", "--set", "env_kwargs={}",
+                "--set", "total_steps=3", "--set", "rollout.batch_size=2", "--out", str(run))
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+    assert CheckpointManager(run).latest().name == "step_0000003"
+    evaluated = cli("eval", "--run", str(run), "--episodes", "3", "--max-new-tokens", "8")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    result = json.loads((run / "eval.json").read_text())
+    assert result["env"] == env_id and result["episodes"] == 3
+    # a module that is not importable is one line and exit code 2
+    bad = cli("train", "--set", "env=no_such_module:mine/Pick-v0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr

@@ -351,7 +351,7 @@ def test_label_smoothing_keeps_the_policy_spread(small_model, tok, demos, tmp_pa
 # ------------------------------------------------------------------ the train job's warm start
 def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     """`warm_start` binds the oracle options, seeds and batch size from the config."""
-    from sao_gym.runtime import main as train_main
+    from sao_gym.runtime import job as train_main
     from sao_gym.runtime import warmstart
     from sao_gym.runtime.config import load_config
 
@@ -365,10 +365,11 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
         return str(out_dir)
 
     monkeypatch.setattr(warmstart, "sft", fake_sft)
-    cfg = load_config(None, ["warm_start_steps=7", "warm_start_episodes=6", "warm_start_lr=0.01",
-                             "warm_start_batch_size=3", "warm_start_oracle={direct_rate: 1.0}",
-                             "warm_start_target_success=0.7", "warm_start_holdout_episodes=5",
-                             "seed=4", "env_kwargs={max_value: 5}"])
+    cfg = load_config(None, ["warm_start.steps=7", "warm_start.episodes=6", "warm_start.lr=0.01",
+                             "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
+                             "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
+                             "seed=4", "env_kwargs={max_value: 5}",
+                             "rollout.max_new_tokens=24", "rollout.max_context_tokens=512"])
     out = train_main.warm_start(cfg, small_model, tmp_path)
     assert out == str(tmp_path / "model" / "warm_start")
     assert (seen["steps"], seen["lr"], seen["batch_size"], seen["seed"]) == (7, 0.01, 3, 4)
@@ -383,9 +384,9 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
 
 
 def test_oracle_for_rejects_unknown_envs_and_options():
-    from sao_gym.runtime.main import oracle_for
+    from sao_gym.runtime.build import oracle_for
 
-    with pytest.raises(ValueError, match="no oracle"):
+    with pytest.raises(ValueError, match="no warm-start oracle"):
         oracle_for("sao_gym/HeavyTail-v0")
     for name in ("direct_rate", "slip_rate"):
         oracle = oracle_for(ENV_ID, **{name: 2.0})

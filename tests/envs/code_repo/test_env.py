@@ -1,7 +1,7 @@
 """sao_gym/CodeRepo-v0 end to end: real bubblewrap sandboxes, real git, hidden tests.
 
-Oracle tests over every bundled task live in tests/test_code_repo_data.py;
-the test runner and grading rules in tests/test_code_repo_runner.py.
+Oracle tests over every bundled task live in tests/envs/code_repo/test_tasks.py;
+the test runner and grading rules in tests/envs/code_repo/test_testrunner.py.
 """
 
 from __future__ import annotations

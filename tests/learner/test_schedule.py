@@ -9,7 +9,7 @@ import torch
 
 from sao_gym.learner.sao import LearnerConfig, build_learner
 from sao_gym.learner.schedule import lr_scale
-from tests.learner_helpers import random_multiturn
+from tests.learner.helpers import random_multiturn
 
 
 def test_linear_and_cosine_hand_values():
@@ -86,3 +86,39 @@ def test_resume_continues_the_schedule(tiny_model_path):
     expected = 1e-3 * lr_scale(2, 5, "cosine", 0.1)
     assert ma["learner/lr"] == mb["learner/lr"] == pytest.approx(expected)
     assert all(torch.equal(p, b.policy.state_dict()[n]) for n, p in a.policy.state_dict().items())
+
+
+def test_both_schedules_step_together(tiny_model_path):
+    """Each optimizer steps at this learner step's rate, the critic's as well as the policy's."""
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, lr_schedule="linear",
+                        lr_final_ratio=0.1)
+    learner = build_learner("sao", tiny_model_path, cfg, total_steps=4)
+    seen = []
+    for name, opt in (("policy", learner.policy_opt), ("critic", learner.critic_opt)):
+        opt.register_step_pre_hook(lambda o, args, kwargs, name=name: seen.append(
+            (name, learner.steps_done, o.param_groups[0]["lr"])))
+    rollouts = _batch(learner.policy, 2)
+    for _ in range(3):
+        learner.update(rollouts)
+    scale = [1.0, 0.775, 0.55]  # 1 - 0.9 * k / 4
+    expected = [(name, k, base * scale[k]) for k in range(3)
+                for name, base in (("critic", 5e-3), ("critic", 5e-3), ("policy", 1e-3))]
+    assert [(n, k) for n, k, _ in seen] == [(n, k) for n, k, _ in expected]
+    assert [lr for *_, lr in seen] == pytest.approx([lr for *_, lr in expected])
+
+
+def test_pretrain_critic_uses_the_current_rate(tiny_model_path):
+    cfg = LearnerConfig(lr=1e-3, lr_schedule="linear", lr_final_ratio=0.1)
+    learner = build_learner("sao", tiny_model_path, cfg, total_steps=4)
+    learner.steps_done = 2  # as after a resume
+    learner.pretrain_critic(_batch(learner.policy, 2), 1)
+    assert learner.critic_opt.param_groups[0]["lr"] == pytest.approx(5e-3 * 0.55)
+
+
+def test_docstring_examples():
+    import doctest
+
+    from sao_gym.learner import schedule
+
+    result = doctest.testmod(schedule)
+    assert result.attempted > 0 and result.failed == 0

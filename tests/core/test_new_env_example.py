@@ -16,7 +16,7 @@ from sao_gym.types import StopReason
 from sao_gym.utils.env_checker import check_agent_env
 from tests.helpers import call, calls_msg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "new_env.py"
 ENV_ID = "examples/GuessNumber-v0"
 

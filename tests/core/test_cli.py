@@ -3,7 +3,7 @@ import sys
 
 import sao_gym
 from sao_gym.cli import main
-from tests.test_env_checker import FragileEnv
+from tests.core.test_env_checker import FragileEnv
 
 sao_gym.register("tests/Fragile-v0", FragileEnv, max_episode_steps=3)
 

@@ -16,8 +16,6 @@ Every artefact lands in the run directory::
 from __future__ import annotations
 
 import asyncio
-import functools
-import importlib
 import json
 import logging
 import time
@@ -28,9 +26,6 @@ import sao_gym
 from sao_gym.runtime.config import TrainConfig
 
 logger = logging.getLogger(__name__)
-
-ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle"}
-"""Demonstration policies for warm starts, by environment id."""
 
 TINY_DEMO_MODEL = {"hidden_size": 128, "num_layers": 2}
 """The ``tiny`` model of the demo: 0.5M parameters, the compact tool template
@@ -59,15 +54,6 @@ def resolve_model(model: str, run_dir: Path, seed: int) -> str:
     return model
 
 
-def oracle_for(env_id: str, **kwargs: Any) -> Any:
-    """The demonstration policy registered for ``env_id``, its options bound to ``kwargs``."""
-    if env_id not in ORACLES:
-        raise ValueError(f"no oracle for {env_id}: warm starts exist for {sorted(ORACLES)}")
-    module, name = ORACLES[env_id].split(":")
-    oracle = getattr(importlib.import_module(module), name)
-    return functools.partial(oracle, **kwargs) if kwargs else oracle
-
-
 def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
                say: Any = logger.info) -> str:
     """Supervised warm start on oracle demonstrations; returns the new checkpoint.
@@ -76,53 +62,57 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
     """
     from transformers import AutoTokenizer
 
+    from sao_gym.runtime.build import oracle_for
     from sao_gym.runtime.warmstart import SFTStep, collect_demonstrations, sft
 
+    ws = config.warm_start
+    assert ws is not None
     out = run_dir / "model" / "warm_start"
     if (out / "config.json").exists():
         return str(out)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    oracle = oracle_for(config.env, **config.warm_start_oracle)
-    target = config.warm_start_target_success
+    oracle = oracle_for(config.env, **ws.oracle)
+    target = ws.target_success
 
     def demonstrations(episodes: int, seed: int) -> list:
         return collect_demonstrations(
             config.env, tokenizer, oracle, episodes=episodes, seed=seed,
-            env_kwargs=config.env_kwargs, max_new_tokens=config.max_new_tokens,
-            max_context_tokens=config.max_context_tokens)
+            env_kwargs=config.env_kwargs, max_new_tokens=config.rollout.max_new_tokens,
+            max_context_tokens=config.rollout.max_context_tokens)
 
-    demos = demonstrations(config.warm_start_episodes, config.seed + 10_000_000)
+    demos = demonstrations(ws.episodes, config.seed + 10_000_000)
     holdout = None
     if target is not None:  # rewarded demonstrations of other tasks
-        holdout = [r for r in demonstrations(config.warm_start_holdout_episodes,
-                                             config.seed + 20_000_000) if r.reward > 0]
-    every = max(1, config.warm_start_steps // 10)
+        holdout = [r for r in demonstrations(ws.holdout_episodes, config.seed + 20_000_000)
+                   if r.reward > 0]
+    every = max(1, ws.steps // 10)
 
     def report(s: SFTStep) -> None:
         reached = s.holdout_success is not None and s.holdout_success >= target
-        if s.step % every == 0 or s.step == config.warm_start_steps or reached:
+        if s.step % every == 0 or s.step == ws.steps or reached:
             held = ("" if s.holdout_success is None
                     else f", held-out success {s.holdout_success:.3f}")
-            say(f"warm start step {s.step}/{config.warm_start_steps}: loss {s.loss:.3f}, "
+            say(f"warm start step {s.step}/{ws.steps}: loss {s.loss:.3f}, "
                 f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
         if reached:
             say(f"warm start stopped: held-out success reached the target {target}")
 
-    return sft(base, demos, out_dir=str(out), steps=config.warm_start_steps,
-               lr=config.warm_start_lr, batch_size=config.warm_start_batch_size,
-               warmup_steps=config.warm_start_steps // 20, seed=config.seed, callback=report,
-               label_smoothing=config.warm_start_label_smoothing,
+    return sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
+               batch_size=ws.batch_size, warmup_steps=ws.steps // 20, seed=config.seed,
+               callback=report, label_smoothing=ws.label_smoothing,
                holdout=holdout or None, target_success=target if holdout else None)
 
 
 def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,
                     env_kwargs: dict | None = None, temperature: float = 1.0,
                     max_new_tokens: int = 64, max_context_tokens: int = 2048,
-                    max_episode_steps: int | None = None, concurrency: int = 16
-                    ) -> dict[str, Any]:
-    """Success rate, mean return and mean turns of ``episodes`` sampled episodes.
+                    max_episode_steps: int | None = None, concurrency: int = 16,
+                    max_batch_size: int | None = None) -> dict[str, Any]:
+    """Success rate, mean return, mean turns and infra failures of ``episodes`` episodes.
 
-    Seeds start at ``seed`` (by default far from the training stream's).
+    Seeds start at ``seed`` (by default far from the training stream's). An
+    episode whose environment or agent fails counts as an infra failure
+    (reported, never averaged in) and the evaluation goes on.
     """
     from transformers import AutoTokenizer
 
@@ -133,7 +123,8 @@ def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int =
     tokenizer = AutoTokenizer.from_pretrained(policy_path)
 
     async def play() -> list:
-        backend = HFBackend(policy_path, max_batch_size=concurrency, seed=seed)
+        backend = HFBackend(policy_path, max_batch_size=max_batch_size or concurrency,
+                            seed=seed)
         try:
             return await run_episodes(
                 lambda: sao_gym.make(env_id, max_episode_steps=max_episode_steps,
@@ -152,39 +143,42 @@ def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int =
             "temperature": temperature, "elapsed_s": round(time.monotonic() - start, 2)}
 
 
-def _eval(config: TrainConfig, policy: str) -> dict[str, Any]:
-    return evaluate_policy(policy, config.env, config.eval_episodes, env_kwargs=config.env_kwargs,
-                           temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                           max_context_tokens=config.max_context_tokens,
-                           max_episode_steps=config.max_episode_steps,
-                           concurrency=config.concurrency)
-
-
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
           display: Any = None, say: Any = logger.info) -> dict[str, Any]:
-    """The whole ``sao-gym train`` job; returns where everything is."""
-    from sao_gym.runtime.trainer import Trainer
+    """The whole ``sao-gym train`` job; returns where everything is.
+
+    ``display`` (a :class:`~sao_gym.progress.ProgressDisplay`) gets every
+    step's metrics; its clock starts when RL starts, so its ETA counts
+    training time only.
+    """
+    from sao_gym.runtime.build import build_trainer, eval_settings
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     policy = resolve_model(config.model, run_dir, config.seed)
-    if config.warm_start_steps and not resume:
-        say(f"warm start: {config.warm_start_steps} supervised steps on "
-            f"{config.warm_start_episodes} demonstrations")
+    ws = config.warm_start
+    if ws is not None and ws.steps and not resume:
+        say(f"warm start: at most {ws.steps} supervised steps on {ws.episodes} demonstrations")
         policy = warm_start(config, policy, run_dir, say=say)
     elif (run_dir / "model" / "warm_start" / "config.json").exists():
         policy = str(run_dir / "model" / "warm_start")
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
-    if config.eval_episodes and not (run_dir / "eval_before.json").exists():
-        say(f"evaluating the starting model on {config.eval_episodes} episodes")
-        before = _eval(config, policy)
+    settings = eval_settings(config)
+    if config.eval.episodes and not (run_dir / "eval_before.json").exists():
+        say(f"evaluating the starting model on {config.eval.episodes} episodes")
+        before = evaluate_policy(policy, **settings)
         (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
     say(f"training: {config.algorithm} ({config.mode}), {config.total_steps} steps")
-    last = Trainer(config, run_dir, policy, resume=resume, display=display).run()
+    trainer = build_trainer(config, run_dir, policy_path=policy, resume=resume,
+                            sinks=[display] if display is not None else [])
+    if display is not None:
+        display.begin(trainer.learner.steps_done)
+    last = trainer.run()
     result["checkpoint"] = str(last) if last else None
-    if config.eval_episodes and last is not None:
-        say(f"evaluating the trained model on {config.eval_episodes} episodes")
-        after = _eval(config, str(last / "policy"))
+    result["nonfinite_steps"] = trainer.nonfinite_steps
+    if config.eval.episodes and last is not None:
+        say(f"evaluating the trained model on {config.eval.episodes} episodes")
+        after = evaluate_policy(str(last / "policy"), **settings)
         (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
     for name in ("eval_before", "eval_after"):
         path = run_dir / f"{name}.json"

@@ -1,0 +1,92 @@
+"""The learner's hyperparameters: :class:`LearnerConfig` (torch-free).
+
+The defaults are the paper's where it states them (PAPER.md 5): policy lr
+1e-6, critic lr 5x that, K = 2 critic updates per step, 10 critic-only
+warm-up steps, length-adaptive policy lambda with alpha 1.5, critic lambda 1,
+DIS band (0.3, 5.0), frozen-attention critic. Importing this module loads no
+model code, so configs validate in a light install.
+
+>>> LearnerConfig().critic_warmup_steps, LearnerConfig(lr=1e-4).lr
+(10, 0.0001)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sao_gym.learner.schedule import LR_SCHEDULES
+
+AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+"""Valid loss aggregations (:func:`sao_gym.learner.losses.aggregate` modes)."""
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Hyperparameters of the learner (paper defaults where it states them)."""
+
+    lr: float = 1e-6
+    """Policy learning rate (AdamW)."""
+    critic_lr: float | None = None
+    """Critic learning rate; ``None`` means 5x ``lr``."""
+    eps_low: float | None = None
+    """Lower band/clip width; ``None``: 0.3 for DIS, 0.2 for PPO clip."""
+    eps_high: float | None = None
+    """Upper band/clip width; ``None``: 5.0 for DIS, 0.28 for PPO clip (clip-higher)."""
+    aggregation: str = "token_mean"
+    """Loss aggregation: token_mean, seq_mean_token_mean or seq_mean_token_sum."""
+    gamma: float = 1.0
+    """Discount."""
+    lambda_alpha: float = 1.5
+    """Length-adaptive policy lambda: 1 - 1/(alpha * action tokens)."""
+    critic_lambda: float = 1.0
+    """GAE lambda of the critic's targets (1: Monte-Carlo returns)."""
+    critic_updates: int = 2
+    """Critic optimizer steps per learner step (K)."""
+    critic_warmup_steps: int = 10
+    """First learner steps that train only the critic."""
+    critic_freeze: str | None = "attention"
+    """``"attention"`` freezes the critic's attention projections; ``None`` trains all."""
+    value_clip: float | None = None
+    """PPO-style value clipping around the pre-update values; ``None``: plain MSE."""
+    group_size: int = 8
+    """Rollouts per group (``Rollout.group_id``) for the GRPO algorithms."""
+    running_mean_window: int = 8
+    """Rewards in the running-mean baseline's window."""
+    running_mean_per_prompt: bool = True
+    """One window per task (True) or one global window (False)."""
+    policy_minibatches: int = 1
+    """Policy optimizer steps per learner step: the batch's rollouts are cut into
+    this many parts (fewer if the batch has fewer rollouts), one step each."""
+    max_tokens_per_microbatch: int = 16384
+    """Padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    lr_schedule: str = "constant"
+    """``constant``, ``linear`` or ``cosine``: both learning rates fall from their
+    base value to ``lr_final_ratio`` times it over the run's total steps."""
+    lr_final_ratio: float = 0.1
+    """Share of the base learning rates left at the end of a decaying schedule."""
+    max_grad_norm: float | None = 1.0
+    """Gradient-norm clipping for both models; ``None`` disables clipping."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    dtype: str = "float32"
+    """Parameter dtype of both models."""
+    device: str = "cpu"
+    """Device of both models."""
+    seed: int = 0
+    """Seeds the critic head and the torch RNG."""
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}")
+        for name in ("lr", "lambda_alpha", "max_tokens_per_microbatch", "group_size",
+                     "running_mean_window", "policy_minibatches"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.critic_updates < 0 or self.critic_warmup_steps < 0:
+            raise ValueError("critic_updates and critic_warmup_steps must be >= 0")
+        if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
+            raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if not 0.0 <= self.lr_final_ratio <= 1.0:
+            raise ValueError(f"lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}")

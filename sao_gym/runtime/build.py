@@ -1,0 +1,162 @@
+"""The builder: the one reader of a :class:`~sao_gym.runtime.config.TrainConfig`.
+
+Everything else receives parts or scalars. :func:`build_trainer` turns a
+config into a :class:`~sao_gym.runtime.trainer.Trainer` with its rollout
+source, learner, inference backend, metric sink and checkpointer;
+:func:`check_setup` finds the mistakes that would otherwise surface after
+minutes of set-up (an unknown env, a warm start without an oracle, a model
+that is not there); the small ``*_settings`` helpers give the job the
+scalars it passes to the warm start and to evaluation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import sao_gym
+from sao_gym.learner.algorithms import ALGORITHMS
+from sao_gym.runtime.config import ConfigError, TrainConfig, save_config
+from sao_gym.runtime.source import RolloutSource
+
+logger = logging.getLogger(__name__)
+
+ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle"}
+"""Demonstration policies for warm starts, by environment id."""
+
+
+class SetupError(ConfigError):
+    """The config is valid but cannot run here (unknown env, no oracle, missing model)."""
+
+
+def env_factory(config: TrainConfig) -> Callable[[], Any]:
+    """Builds one environment of the run (its turn limit and constructor options applied)."""
+    return functools.partial(sao_gym.make, config.env,
+                             max_episode_steps=config.rollout.max_episode_steps,
+                             **config.env_kwargs)
+
+
+def oracle_for(env_id: str, **kwargs: Any) -> Any:
+    """The demonstration policy registered for ``env_id``, its options bound to ``kwargs``."""
+    if env_id not in ORACLES:
+        raise SetupError(f"no warm-start oracle for {env_id}: warm starts exist for "
+                         f"{sorted(ORACLES)}; set warm_start=null")
+    module, name = ORACLES[env_id].split(":")
+    oracle = getattr(importlib.import_module(module), name)
+    return functools.partial(oracle, **kwargs) if kwargs else oracle
+
+
+def check_setup(config: TrainConfig) -> None:
+    """Raise :class:`SetupError` (one line) for what would fail later in the job."""
+    try:
+        env = env_factory(config)()
+    except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
+        hint = ""
+        if isinstance(e, TypeError) and config.env_kwargs:
+            hint = (f" (env_kwargs {config.env_kwargs} come from the config or recipe; "
+                    "--set 'env_kwargs={}' clears them)")
+        raise SetupError(f"cannot make env {config.env!r}: {type(e).__name__}: {e}{hint}"
+                         ) from None
+    env.close()
+    if config.warm_start is not None and config.warm_start.steps:
+        oracle_for(config.env)
+    if config.model not in ("tiny", "smollm2") and not (Path(config.model) /
+                                                        "config.json").is_file():
+        raise SetupError(f"model {config.model!r} is neither 'tiny', 'smollm2' nor a local "
+                         "Hugging Face checkpoint directory")
+
+
+def learner_config(config: TrainConfig) -> Any:
+    """The learner's config, with the group size of grouped algorithms taken from rollout."""
+    if ALGORITHMS[config.algorithm].grouped:
+        return dataclasses.replace(config.learner, group_size=config.rollout.group_size)
+    return config.learner
+
+
+def eval_settings(config: TrainConfig) -> dict[str, Any]:
+    """Keyword arguments of :func:`~sao_gym.runtime.job.evaluate_policy` for this run."""
+    r = config.rollout
+    temperature = config.eval.temperature
+    return {"env_id": config.env, "episodes": config.eval.episodes,
+            "env_kwargs": config.env_kwargs,
+            "temperature": r.temperature if temperature is None else temperature,
+            "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
+            "max_episode_steps": r.max_episode_steps, "concurrency": r.concurrency,
+            "max_batch_size": config.inference.max_batch_size}
+
+
+def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int) -> Any:
+    """The inference backend named by ``inference.backend``, serving ``model_path``."""
+    from sao_gym.inference.hf import HFBackend
+
+    return HFBackend(model_path, max_batch_size=config.inference.max_batch_size, seed=seed,
+                     policy_version=version)
+
+
+def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any) -> Callable[[], Any]:
+    """Builds one agent per episode, sampling from ``backend``."""
+    from sao_gym.agents import LLMAgent
+
+    r = config.rollout
+    return functools.partial(LLMAgent, backend, tokenizer, max_new_tokens=r.max_new_tokens,
+                             temperature=r.temperature, top_p=r.top_p,
+                             max_context_tokens=r.max_context_tokens)
+
+
+def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
+                  resume: bool = False, sinks: Sequence[Any] = ()) -> Any:
+    """A :class:`~sao_gym.runtime.trainer.Trainer` for ``config`` in ``run_dir``.
+
+    ``policy_path`` is the starting checkpoint (the model after any warm
+    start); with ``resume`` the latest checkpoint's learner state, policy and
+    task cursor win. ``sinks`` (e.g. the console display) receive every
+    step's metrics after the loggers of ``logging.loggers``.
+    """
+    from transformers import AutoTokenizer
+
+    from sao_gym.learner.sao import build_learner
+    from sao_gym.logging import make_loggers
+    from sao_gym.rollout import play_episode
+    from sao_gym.runtime.checkpoint import CheckpointManager
+    from sao_gym.runtime.trainer import Trainer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    make_env = env_factory(config)
+    make_env().close()  # fail fast on a bad env config
+    r = config.rollout
+    learner = build_learner(config.algorithm, policy_path, learner_config(config),
+                            total_steps=config.total_steps, temperature=r.temperature)
+    checkpoints = CheckpointManager(run_dir, keep=config.checkpoint.keep)
+    serve_from, next_seed = policy_path, config.seed
+    latest = checkpoints.latest() if resume else None
+    if latest is not None:
+        learner_state, state = CheckpointManager.load(latest)
+        learner.load_state_dict(learner_state)
+        serve_from, next_seed = str(latest / "policy"), int(state["next_seed"])
+        logger.info("resuming from %s (step %d)", latest, learner.steps_done)
+    elif not resume:
+        save_config(config, run_dir / "config.yaml")
+    backend = build_backend(config, serve_from, version=learner.policy_version,
+                            seed=config.seed + learner.steps_done)
+    make_agent = agent_factory(config, backend, AutoTokenizer.from_pretrained(policy_path))
+
+    async def play(seed: int):
+        return await play_episode(make_env, make_agent, seed=seed)
+
+    source = RolloutSource(play, batch_size=r.batch_size, group_size=r.group_size,
+                           concurrency=r.concurrency, max_staleness=config.max_staleness,
+                           max_versions_per_step=learner.max_versions_per_step,
+                           max_infra_retries=r.max_infra_retries, seed=next_seed,
+                           version=learner.policy_version)
+    sink = make_loggers(config.logging.names, run_dir, config=config.to_dict(),
+                        resume_step=learner.steps_done if resume else None)
+    sink.others.extend(sinks)
+    return Trainer(source=source, learner=learner, backend=backend, sink=sink,
+                   checkpoints=checkpoints, total_steps=config.total_steps,
+                   checkpoint_every=config.checkpoint.every)

@@ -1,0 +1,128 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from sao_gym.learner.sao import LearnerConfig
+from sao_gym.runtime.config import (
+    ConfigError,
+    TrainConfig,
+    load_config,
+    load_recipe,
+    recipe_path,
+    save_config,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sections_and_overrides():
+    cfg = load_config(None, ["total_steps=20", "rollout.batch_size=2", "learner.lr=1e-4",
+                             "mode=sync", "env_kwargs={num_operands: 3}",
+                             "rollout.max_episode_steps=4", "checkpoint.every=0"])
+    assert (cfg.total_steps, cfg.rollout.batch_size, cfg.mode) == (20, 2, "sync")
+    assert cfg.learner.lr == 1e-4 and isinstance(cfg.learner.lr, float)
+    assert cfg.env_kwargs == {"num_operands": 3} and cfg.rollout.max_episode_steps == 4
+    assert cfg.checkpoint.every == 0 and cfg.max_staleness == 0  # sync mode: bound 0
+    assert load_config(None, ["rollout.max_staleness=3"]).max_staleness == 3
+    assert TrainConfig().logging.names == ["jsonl"]
+    assert load_config(None, ["logging.loggers=tensorboard,jsonl"]).logging.names == [
+        "jsonl", "tensorboard"]
+
+
+def test_library_defaults_are_the_papers():
+    cfg = TrainConfig()
+    assert cfg.learner == LearnerConfig()
+    assert (cfg.learner.lr, cfg.learner.critic_warmup_steps, cfg.learner.critic_updates) == (
+        1e-6, 10, 2)
+    assert cfg.rollout.batch_size == 128 and cfg.rollout.group_size == 1
+    assert cfg.rollout.temperature == 1.0 and cfg.rollout.top_p == 1.0
+    assert cfg.env_kwargs == {} and cfg.warm_start is None
+
+
+def test_the_demo_is_a_recipe():
+    demo = load_recipe("demo")
+    assert recipe_path("demo").parent == ROOT / "sao_gym" / "recipes"
+    assert demo.env_kwargs == {"operators": "+"} and demo.learner.lr == 2e-4
+    assert demo.learner.critic_warmup_steps == 0 and demo.warm_start is not None
+    assert demo.rollout.batch_size == 16 and demo.model == "tiny"
+    # recipe values are overridable like any other
+    assert load_recipe("demo", ["warm_start=null"]).warm_start is None
+    assert load_recipe("demo", ["warm_start.steps=3"]).warm_start.steps == 3
+    with pytest.raises(ConfigError, match="shipped recipes: .*demo"):
+        recipe_path("nope")
+
+
+def test_warm_start_section_from_null():
+    cfg = load_config(None, ["warm_start.steps=7", "warm_start.oracle={direct_rate: 1.0}"])
+    assert cfg.warm_start.steps == 7 and cfg.warm_start.oracle == {"direct_rate": 1.0}
+    assert cfg.warm_start.episodes == 2048  # the section's defaults fill the rest
+
+
+def test_yaml_file_and_round_trip(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm: grpo\nrollout:\n  group_size: 4\n  batch_size: 8\n"
+                    "learner:\n  eps_low: 0.25\nwarm_start:\n  steps: 3\n")
+    cfg = load_config(path, ["seed=3"])
+    assert cfg.algorithm == "grpo" and cfg.rollout.group_size == 4
+    assert cfg.learner.eps_low == 0.25 and cfg.seed == 3
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml") == cfg
+    assert dataclasses.asdict(load_config(tmp_path / "saved.yaml")) == cfg.to_dict()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["total_stepz=3"], "unknown key(s) ['total_stepz']"),
+    (["batch_size=3"], "did you mean 'rollout.batch_size'"),
+    (["warm_start_steps=3"], "did you mean 'warm_start.steps'"),
+    (["learner.lrr=3"], "unknown key(s) ['learner.lrr']"),
+    (["rollout.batchsize=3"], "valid keys: ['rollout.batch_size'"),
+    (["rollout.batch_size=abc"], "bad value for rollout.batch_size"),
+    (["rollout.batch_size=2.5"], "bad value for rollout.batch_size"),
+    (["rollout.temperature=hot"], "bad value for rollout.temperature"),
+    (["rollout.temperature=0"], "rollout.temperature must be > 0"),
+    (["rollout.top_p=0.9"], "training needs top_p = 1.0"),
+    (["mode=fast"], "mode must be one of"),
+    (["algorithm=ppo"], "algorithm must be one of"),
+    (["rollout.batch_size=6", "rollout.group_size=4", "algorithm=grpo"],
+     "multiple of rollout.group_size"),
+    (["algorithm=grpo"], "needs rollout.group_size >= 2"),
+    (["rollout.group_size=2", "rollout.batch_size=4"], "must be 1"),
+    (["total_steps=0"], "total_steps must be >= 1"),
+    (["rollout.concurrency=0"], "rollout.concurrency must be >= 1"),
+    (["checkpoint.keep=0"], "checkpoint.keep must be >= 1"),
+    (["warm_start.target_success=2"], "warm_start.target_success must be in (0, 1]"),
+    (["inference.backend=tgi"], "inference.backend must be one of"),
+    (["logging.loggers=csv"], "logging.loggers: unknown ['csv']"),
+    (["learner.aggregation=sum"], "aggregation must be one of"),
+    (["learner=3"], "must be a mapping"),
+    (["rollout=null"], "must be a mapping"),
+    (["novalue"], "key=value"),
+])
+def test_bad_configs_fail_clearly(overrides, message):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, overrides)
+    assert message in str(e.value)
+
+
+def test_bad_files_fail_clearly(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("batchsize: 3\n")
+    with pytest.raises(ConfigError, match="valid keys: .*rollout"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_example_configs_and_recipes_load():
+    paths = sorted((ROOT / "examples" / "configs").glob("*.yaml"))
+    paths += sorted((ROOT / "sao_gym" / "recipes").glob("*.yaml"))
+    assert len(paths) >= 3
+    for path in paths:
+        load_config(path)

@@ -1,0 +1,98 @@
+"""The trainer built from a config on the tiny model: in-flight updates, staleness, modes.
+
+The loop's logic is tested on fakes in test_source.py; these runs check the
+real parts together (HFBackend, LLMAgent, the SAO learner, Arithmetic).
+"""
+
+import random
+
+import pytest
+
+import sao_gym
+from sao_gym.envs.arithmetic.env import ArithmeticEnv
+from sao_gym.logging import read_metrics
+from sao_gym.runtime.build import build_trainer
+from sao_gym.runtime.config import load_config
+
+_FLAKY_RNG = random.Random(1234)  # shared: each episode gets a fresh env
+
+
+class FlakyArithmetic(ArithmeticEnv):
+    """Raises on 20% of steps, as a crashing sandbox would."""
+
+    async def on_step(self, action):
+        if _FLAKY_RNG.random() < 0.2:
+            raise RuntimeError("sandbox crashed")
+        return await super().on_step(action)
+
+
+sao_gym.register("tests/FlakyArithmetic-v0", FlakyArithmetic, max_episode_steps=4)
+
+FAST = ["rollout.max_new_tokens=12", "rollout.max_context_tokens=1024",
+        "learner.critic_warmup_steps=0", "learner.lr=1e-4", "checkpoint.every=0",
+        "rollout.concurrency=16"]
+
+
+def _train(tmp_path, tiny_model_path, *overrides):
+    cfg = load_config(None, [*FAST, *overrides])
+    last = build_trainer(cfg, tmp_path / "run", policy_path=tiny_model_path).run()
+    return cfg, last, read_metrics(tmp_path / "run")
+
+
+def test_in_flight_updates_mix_policy_versions_within_a_trajectory(tmp_path, tiny_model_path):
+    cfg, last, rows = _train(tmp_path, tiny_model_path, "total_steps=6", "rollout.batch_size=1",
+                             "rollout.concurrency=4", "rollout.max_episode_steps=6",
+                             "rollout.max_staleness=8")
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert max(r["async/versions_per_rollout_max"] for r in rows) >= 2
+    assert rows[-1]["policy_version"] == 6
+    assert last is not None and last.name == "step_0000006"
+
+
+def test_staleness_never_exceeds_the_bound(tmp_path, tiny_model_path):
+    cfg, _, rows = _train(tmp_path, tiny_model_path, "total_steps=8", "rollout.batch_size=1",
+                          "rollout.concurrency=6", "rollout.max_episode_steps=4",
+                          "rollout.max_staleness=1")
+    assert len(rows) == 8
+    assert all(r["async/staleness_max"] <= 1 for r in rows)
+    assert max(r["async/staleness_max"] for r in rows) >= 1  # it was asynchronous
+
+
+def test_failing_env_does_not_stop_training(tmp_path, tiny_model_path):
+    # the learner refuses infra-failure rollouts with an exception, so finishing
+    # proves none reached it
+    cfg, _, rows = _train(tmp_path, tiny_model_path, "env=tests/FlakyArithmetic-v0",
+                          "total_steps=4", "rollout.batch_size=2", "rollout.concurrency=4")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert rows[-1]["rollout/infra_failures"] > 0
+
+
+def test_sync_mode_trains_on_fresh_rollouts_only(tmp_path, tiny_model_path):
+    cfg, _, rows = _train(tmp_path, tiny_model_path, "mode=sync", "total_steps=3",
+                          "rollout.batch_size=3", "rollout.concurrency=3",
+                          "rollout.max_episode_steps=3")
+    assert len(rows) == 3 and all(r["async/staleness_max"] == 0 for r in rows)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "grpo_dis"])
+def test_group_mode(tmp_path, tiny_model_path, algorithm):
+    cfg, _, rows = _train(tmp_path, tiny_model_path, f"algorithm={algorithm}",
+                          "rollout.group_size=2", "total_steps=2", "rollout.batch_size=4",
+                          "rollout.concurrency=4", "rollout.max_episode_steps=2")
+    assert len(rows) == 2 and all("loss/policy" in r for r in rows)
+
+
+def test_grpo_groups_by_group_not_by_task(tmp_path, tiny_model_path):
+    # three-valued tasks: two groups of one batch often draw the same task
+    cfg, _, rows = _train(tmp_path, tiny_model_path, "algorithm=grpo", "rollout.group_size=2",
+                          "total_steps=3", "rollout.batch_size=8", "rollout.concurrency=8",
+                          "rollout.max_episode_steps=2", "env_kwargs={max_value: 1}")
+    assert len(rows) == 3 and all("loss/policy" in r for r in rows)
+
+
+def test_policy_minibatches_keep_the_bound_in_versions(tmp_path, tiny_model_path):
+    cfg, _, rows = _train(tmp_path, tiny_model_path, "total_steps=4", "rollout.batch_size=2",
+                          "rollout.concurrency=4", "rollout.max_episode_steps=3",
+                          "rollout.max_staleness=2", "learner.policy_minibatches=2")
+    assert [r["policy_version"] for r in rows] == [2, 4, 6, 8]
+    assert all(r["async/staleness_max"] <= 2 for r in rows)
