@@ -1,17 +1,9 @@
 """The learner: SAO and its baselines over a batch of rollouts.
 
 ``build_learner(algorithm, policy_path, config)`` picks, once, how advantages
-are estimated and which policy loss is used:
-
-=================  =========================================  ==================
-algorithm          advantages                                 policy loss
-=================  =========================================  ==================
-``sao``            critic + skip-observation GAE              DIS (sampler logprobs)
-``vapo``           critic + skip-observation GAE              PPO clip (old policy)
-``grpo``           group-normalised rewards (groups of G)     PPO clip (old policy)
-``grpo_dis``       group-normalised rewards (groups of G)     DIS (sampler logprobs)
-``running_mean``   reward minus a running-mean baseline       DIS (sampler logprobs)
-=================  =========================================  ==================
+are estimated and which policy loss is used: the algorithm's record in
+:data:`sao_gym.learner.algorithms.ALGORITHMS` (sao, vapo, grpo, grpo_dis,
+running_mean; the table is there).
 
 One :meth:`Learner.update` is one learner step (``Learner.steps_done`` counts
 them: the unit of ``total_steps``, the lr schedule and the critic warm-up).

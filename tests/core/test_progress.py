@@ -89,6 +89,16 @@ def test_eta_counts_only_this_sessions_steps():
     assert out.getvalue().rstrip().endswith("elapsed 50s | ETA 7m30s")
 
 
+def test_eta_counts_training_time_only_from_begin():
+    # set-up (a warm start, evaluation) takes 6 minutes before training begins
+    display, clock, out = plain(total=100)
+    clock.now += 360.0
+    display.begin(0)
+    clock.now += 10.0
+    display.log(1, {})  # the trainer's sinks call log()
+    assert out.getvalue().rstrip().endswith("elapsed 10s | ETA 16m30s")  # 99 steps x 10 s
+
+
 def test_default_console_writes_plain_lines_to_stderr(capsys):
     with ProgressDisplay(2, clock=FakeClock()) as display:
         display.update(2, METRICS)
