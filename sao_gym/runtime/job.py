@@ -27,8 +27,8 @@ from sao_gym.runtime.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
-TINY_DEMO_MODEL = {"hidden_size": 128, "num_layers": 2}
-"""The ``tiny`` model of the demo: 0.5M parameters, the compact tool template
+TINY_MODEL = {"hidden_size": 128, "num_layers": 2}
+"""What ``model: tiny`` builds: 0.5M parameters, the compact tool template
 (a third of the tokens of JSON tool calls). At this size the supervised warm
 start learns to copy numbers within a few hundred steps, and a step costs a
 quarter of the 256-wide, 4-layer model's."""
@@ -44,7 +44,7 @@ def resolve_model(model: str, run_dir: Path, seed: int) -> str:
         path = run_dir / "model" / "base"
         if not (path / "config.json").exists():
             tiny_model(str(path), seed=seed, chat_template=COMPACT_TOOLS_TEMPLATE,
-                       **TINY_DEMO_MODEL)
+                       **TINY_MODEL)
         return str(path)
     if model == "smollm2":
         return smollm2(SMOLLM2_CACHE)
