@@ -119,8 +119,6 @@ class CodeRepoEnv(ToolEnv):
         if not isinstance(sandbox, (str, Mapping)):
             raise ValueError(f"sandbox must be a backend name or a mapping, got {sandbox!r}")
         make_sandbox(sandbox)  # fail early on a bad spec (builds, does not start)
-        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
-            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         for name, value in (("command_timeout_s", command_timeout_s),
                             ("test_timeout_s", test_timeout_s),
                             ("test_timeout_per_test_s", test_timeout_per_test_s)):

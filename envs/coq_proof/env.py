@@ -107,8 +107,6 @@ class CoqProofEnv(ToolEnv):
         sandbox = _with_coq_image(sandbox)
         make_sandbox(sandbox)  # validates the spec now (unstarted, nothing to close)
         CoqChecker(sandbox, timeout_s=timeout_s, max_message_chars=max_message_chars)
-        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
-            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         if max_context_chars < 100:
             raise ValueError(f"max_context_chars must be >= 100, got {max_context_chars}")
         self.tasks = _select(_load(tasks), difficulty, topics)

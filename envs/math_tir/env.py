@@ -127,8 +127,6 @@ class MathTIREnv(ToolEnv):
         self.format_weight = float(format_weight)
         self.plain_text = plain_text
         self._sandbox_spec, self._sandbox_env, bound = _sandbox_config(sandbox, sandbox_packages)
-        if sandbox_pool is not None and not isinstance(sandbox_pool, SandboxPool):
-            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {sandbox_pool!r}")
         packages = f" (packages: {', '.join(bound)})" if bound else ""
         self.system_prompt = system_prompt or SYSTEM_PROMPT.format(packages=packages)
         self.file_tasks: list[dict[str, Any]] | None = None

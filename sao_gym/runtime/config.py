@@ -309,15 +309,14 @@ def _section(hint: Any) -> tuple[type | None, bool]:
 
 def _suggest(key: str) -> str:
     """A hint for a top-level key that lives in a section now."""
-    hints = typing.get_type_hints(TrainConfig)
-    for name, hint in hints.items():
+    for name, hint in typing.get_type_hints(TrainConfig).items():
         cls, _ = _section(hint)
-        if cls is not None and key in {f.name for f in dataclasses.fields(cls)}:
-            return f" (did you mean '{name}.{key}'?)"
-        if cls is not None and "_" in key and key.startswith(name.split("_")[0]):
-            rest = key[len(name) + 1:] if key.startswith(name + "_") else None
-            if rest and rest in {f.name for f in dataclasses.fields(cls)}:
-                return f" (did you mean '{name}.{rest}'?)"
+        if cls is None:
+            continue
+        fields = {f.name for f in dataclasses.fields(cls)}
+        rest = key[len(name) + 1:] if key.startswith(name + "_") else key  # warm_start_steps
+        if rest in fields:
+            return f" (did you mean '{name}.{rest}'?)"
     return ""
 
 

@@ -139,12 +139,11 @@ class RolloutSource:
         n = self.groups_per_batch
         return all(d >= 0 and i < (d + 1) * n for i, d in enumerate(sorted(deadlines)))
 
-    def _open_deadlines(self, *, after_step: bool) -> list[int]:
-        return [self._deadline(g.admitted_version, after_step=after_step)
-                for g in self._open.values()]
+    def _deadlines(self, groups: list[_Group], *, after_step: bool) -> list[int]:
+        return [self._deadline(g.admitted_version, after_step=after_step) for g in groups]
 
     def _admissible(self) -> bool:
-        deadlines = self._open_deadlines(after_step=self._stepping)
+        deadlines = self._deadlines(list(self._open.values()), after_step=self._stepping)
         deadlines.append(self._deadline(self.version, after_step=self._stepping))
         return self._feasible(deadlines)
 
@@ -156,9 +155,8 @@ class RolloutSource:
         if len(ready) < self.groups_per_batch:
             return None
         batch = sorted(ready, key=lambda g: g.admitted_version)[:self.groups_per_batch]
-        rest = [self._deadline(g.admitted_version, after_step=True)
-                for g in self._open.values() if g not in batch]
-        return batch if self._feasible(rest) else None
+        rest = [g for g in self._open.values() if g not in batch]
+        return batch if self._feasible(self._deadlines(rest, after_step=True)) else None
 
     # ----- the learner's side -----
     async def next_batch(self) -> list[Rollout]:

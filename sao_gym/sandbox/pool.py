@@ -394,6 +394,8 @@ class EpisodeSandbox:
     """
 
     def __init__(self, pool: SandboxPool | None = None, *, owner: Any = None):
+        if pool is not None and not isinstance(pool, SandboxPool):
+            raise ValueError(f"sandbox_pool must be a SandboxPool or None, got {pool!r}")
         self.pool = pool
         self.sandbox: Sandbox | None = None
         """The started sandbox once :meth:`get` returned it (``None`` before and after)."""
