@@ -1,13 +1,21 @@
-"""Learner throughput: SAO's policy step vs the model's bare forward+backward.
+"""Learner cost per sample: one SAO step (critic included) against a GRPO step on the same batch.
 
-Both run on the same model instance and batch (synthetic multi-turn rollouts on the
-tiny model), alternating per repeat. "bare" is a standard causal-LM step:
-forward, cross-entropy over all tokens, backward, AdamW step, micro-batched
-the same way. "SAO policy" is everything an SAO update does except the
-critic's own work: packing, forward, per-token logprobs, DIS loss, entropy,
-backward, clipping, optimizer step. Overhead = SAO policy time / bare time - 1.
+Every learner is built from the same checkpoint and trained on the same batch
+of synthetic multi-turn rollouts (groups of 8 rollouts per task, so GRPO can
+use it), in turn within each repeat so machine noise hits all alike:
 
-Run: .venv/bin/python benchmarks/learner.py --rollouts 16 --repeats 5
+- ``bare``: a plain causal-LM step (forward, cross-entropy, backward, AdamW),
+  the floor any policy step pays;
+- ``grpo`` (PPO clip), ``grpo_dis``: the critic-free policy steps;
+- ``sao``: the critic's K=2 updates (whose first pass also gives the values
+  for GAE) plus the policy step; ``sao K=1`` with one critic update.
+
+Reports median seconds and learner tokens/s per row, the SAO/GRPO ratios, and
+the per-token logprob error of bf16 autocast against float32 on a slice of
+the batch (and bf16 timings when the CPU has native bf16: elsewhere it is
+tens of times slower and is not timed).
+
+Run: .venv/bin/python benchmarks/learner.py --rollouts 64 --length 128 --repeats 5
 """
 
 from __future__ import annotations
@@ -23,12 +31,15 @@ import torch
 import torch.nn.functional as F
 
 from sao_gym.learner.batching import micro_batches
-from sao_gym.learner.sao import LearnerConfig, build_learner
+from sao_gym.learner.sao import LearnerConfig, build_learner, native_bf16
 from sao_gym.models import tiny_model
 from sao_gym.types import Rollout, StopReason
 
+GROUP = 8
+
 
 def synthetic_rollouts(n: int, length: int, seed: int = 0) -> list[Rollout]:
+    """Rollouts of ``length`` tokens: a prompt, then alternating action/observation spans."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -40,8 +51,8 @@ def synthetic_rollouts(n: int, length: int, seed: int = 0) -> list[Rollout]:
         ids, mask = ids[:length], mask[:length]
         mask[-1] = 1
         out.append(Rollout(ids, mask, [-1.0 * m for m in mask], [0 if m else -1 for m in mask],
-                           float(i % 2), True, False, StopReason.TERMINATED, False, [], "bench",
-                           f"t{i}", None, {}))
+                           float(rng.random() < 0.5), True, False, StopReason.TERMINATED, False,
+                           [], "bench", f"t{i // GROUP}", None, {}))
     return out
 
 
@@ -57,44 +68,76 @@ def bare_step(model, opt, mbs) -> None:
     opt.zero_grad(set_to_none=True)
 
 
+def bf16_logprob_error(path: str, rollouts: list[Rollout]) -> tuple[float, float]:
+    """(max, mean) |logprob_bf16 - logprob_fp32| over the action tokens of ``rollouts``."""
+    fp32 = build_learner("sao", path, LearnerConfig())
+    bf16 = build_learner("sao", path, LearnerConfig(autocast="bfloat16"))
+    errs = []
+    with torch.no_grad():
+        for mb in micro_batches(rollouts, 4096):
+            mask = mb.action_mask_BT > 0
+            a = fp32._logprobs(mb, fp32._logits(mb))
+            b = bf16._logprobs(mb, bf16._logits(mb))
+            errs.append((a - b)[mask].abs())
+    err = torch.cat(errs)
+    return float(err.max()), float(err.mean())
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rollouts", type=int, default=16)
-    ap.add_argument("--length", type=int, default=256)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rollouts", type=int, default=64)
+    ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=2048)
+    ap.add_argument("--hidden", type=int, default=256, help="tiny model width (256: ~4M params)")
+    ap.add_argument("--layers", type=int, default=4)
     args = ap.parse_args()
     torch.manual_seed(0)
-    path = tiny_model(tempfile.mkdtemp() + "/model")
-    cfg = LearnerConfig(lr=1e-5, critic_warmup_steps=0, max_tokens_per_microbatch=args.max_tokens)
-    learner = build_learner("sao", path, cfg)
+    path = tiny_model(tempfile.mkdtemp() + "/model", hidden_size=args.hidden,
+                      num_layers=args.layers)
     rollouts = synthetic_rollouts(args.rollouts, args.length)
     tokens = sum(len(r.token_ids) for r in rollouts)
-    bare_model = learner.policy  # the same module: only the step around it differs
-    bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=1e-5)
-    learner.update(rollouts)  # warm up both
-    bare_step(bare_model, bare_opt, micro_batches(rollouts, args.max_tokens))
-    rows = []
+
+    def cfg(**kw):
+        return LearnerConfig(lr=1e-6, critic_warmup_steps=0, group_size=GROUP,
+                             max_tokens_per_microbatch=args.max_tokens, **kw)
+
+    learners = {"grpo": build_learner("grpo", path, cfg()),
+                "grpo_dis": build_learner("grpo_dis", path, cfg()),
+                "sao": build_learner("sao", path, cfg()),
+                "sao K=1": build_learner("sao", path, cfg(critic_updates=1))}
+    if native_bf16():
+        learners["sao bf16"] = build_learner("sao", path, cfg(autocast="bfloat16"))
+        learners["grpo bf16"] = build_learner("grpo", path, cfg(autocast="bfloat16"))
+    bare_model = learners["grpo"].policy
+    bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=1e-6)
+    mbs = micro_batches(rollouts, args.max_tokens)
+    steps = {"bare": lambda: bare_step(bare_model, bare_opt, mbs),
+             **{name: (lambda lr=lr: lr.update(rollouts)) for name, lr in learners.items()}}
+    for step in steps.values():  # warm up
+        step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for rep in range(args.repeats):
-        t0 = time.perf_counter()
-        bare_step(bare_model, bare_opt, micro_batches(rollouts, args.max_tokens))
-        bare = time.perf_counter() - t0
-        m = learner.update(rollouts)
-        sao_policy = m["learner/step_time_s"] - m["learner/critic_time_s"]
-        rows.append((bare, sao_policy, m["learner/critic_time_s"], m["learner/step_time_s"]))
-        print(f"repeat {rep}: bare {bare:.3f}s  sao-policy {sao_policy:.3f}s  "
-              f"critic {rows[-1][2]:.3f}s  whole update {rows[-1][3]:.3f}s  "
-              f"overhead {sao_policy / bare - 1:+.1%}")
-    med = [statistics.median(c) for c in zip(*rows, strict=True)]
-    overheads = [r[1] / r[0] - 1 for r in rows]
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+        print(f"repeat {rep}: " + "  ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()),
+              flush=True)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    print(f"\n{args.rollouts} rollouts x {args.length} tokens = {tokens} tokens per batch, "
+          f"{torch.get_num_threads()} threads, CPU capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {native_bf16()}")
+    print(f"{'step':<10} {'median s':>9} {'tokens/s':>9} {'x grpo':>7} {'x grpo_dis':>10}")
+    for name, t in med.items():
+        print(f"{name:<10} {t:9.3f} {tokens / t:9.0f} {t / med['grpo']:7.2f} "
+              f"{t / med['grpo_dis']:10.2f}")
+    worst, mean = bf16_logprob_error(path, rollouts[:8])
+    print(f"bf16 autocast logprob error vs fp32 (action tokens of 8 rollouts): "
+          f"max {worst:.4f}, mean {mean:.5f}")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"\n{args.rollouts} rollouts x {args.length} tokens = {tokens} tokens per batch")
-    print(f"median bare fwd+bwd:   {med[0]:.3f}s  ({tokens / med[0]:.0f} tok/s)")
-    print(f"median SAO policy:     {med[1]:.3f}s  ({tokens / med[1]:.0f} tok/s)")
-    print(f"median critic (K=2):   {med[2]:.3f}s")
-    print(f"median whole update:   {med[3]:.3f}s  ({tokens / med[3]:.0f} tok/s)")
-    print(f"SAO policy overhead:   {statistics.median(overheads):+.1%} (median of repeats)")
-    print(f"peak RSS:              {rss_mb:.0f} MB")
+    print(f"peak RSS: {rss_mb:.0f} MB")
 
 
 if __name__ == "__main__":

@@ -135,10 +135,30 @@ def _print_result(result: dict) -> None:
     print(f"checkpoint: {result.get('checkpoint')}")
     before, after = result.get("eval_before"), result.get("eval_after")
     if before and after:
-        print(f"success:    {before['success_rate']:.3f} before -> {after['success_rate']:.3f} "
-              f"after RL ({after['episodes']} episodes)")
+        for line in _gain_lines(before, after):
+            print(line)
     for path in result.get("plots", []):
         print(f"plot:       {path}")
+
+
+def _gain_lines(before: dict, after: dict) -> list[str]:
+    """Before/after success rates with 95% intervals, and the gain with its interval."""
+    from sao_gym.evaluation import gain_interval, wilson_interval
+
+    def counted(summary: dict) -> tuple[float, int]:
+        return summary["success_rate"], summary["episodes"] - summary.get("infra_failures", 0)
+
+    (b, nb), (a, na) = counted(before), counted(after)
+
+    def rate(p: float, n: int) -> str:
+        lo, hi = wilson_interval(round(p * n), n)
+        return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
+
+    lo, hi = gain_interval(b, max(nb, 1), a, max(na, 1))
+    return [f"success:    {rate(b, nb)} before -> {rate(a, na)} after RL "
+            f"({na} held-out episodes, 95% intervals)",
+            f"gain:       {100 * (a - b):+.1f} points (95% interval {100 * lo:+.1f} to "
+            f"{100 * hi:+.1f})"]
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -317,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--compare", nargs="+", action="extend", default=[], metavar="RUN_DIR",
                       help="more runs drawn in the same figures")
     plot.add_argument("--out", default=None, help="output folder (default RUN_DIR/plots)")
-    plot.add_argument("--smooth", type=float, default=0.0, help="EMA weight in [0, 1)")
+    plot.add_argument("--smooth", type=float, default=0.9,
+                      help="EMA weight in [0, 1) (default 0.9; 0: raw curves only)")
     plot.set_defaults(fn=_cmd_plot)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)

@@ -12,12 +12,50 @@ episode does not end the evaluation; :class:`EpisodeSummary` counts them.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sao_gym.core import Agent, AgentEnv, AgentWrapper
 from sao_gym.rollout import play_episode
 from sao_gym.types import Rollout
+
+
+Z95 = 1.959964
+"""The standard normal quantile of a two-sided 95% interval."""
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval (95% by default) of a success rate ``successes / n``.
+
+    >>> [round(x, 3) for x in wilson_interval(8, 10)]
+    [0.49, 0.943]
+    """
+    if n <= 0:
+        return (0.0, 1.0)
+    if not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def gain_interval(before: float, n_before: int, after: float, n_after: int,
+                  z: float = Z95) -> tuple[float, float]:
+    """Normal-approximation interval (95% by default) of ``after - before``.
+
+    The two success rates are treated as independent samples (conservative
+    when both were measured on the same tasks).
+
+    >>> [round(x, 3) for x in gain_interval(0.4, 256, 0.6, 256)]
+    [0.115, 0.285]
+    """
+    if n_before <= 0 or n_after <= 0:
+        raise ValueError("both evaluations need at least one episode")
+    se = math.sqrt(before * (1 - before) / n_before + after * (1 - after) / n_after)
+    diff = after - before
+    return (diff - z * se, diff + z * se)
 
 
 @dataclass(frozen=True)
@@ -33,23 +71,27 @@ class EpisodeSummary:
     """Episodes that ended as infrastructure failures (excluded from the means)."""
     failure_reasons: dict[str, int] = field(default_factory=dict)
     """Infra failures by :class:`~sao_gym.types.StopReason` value (``env_error``, ...)."""
+    success_interval: tuple[float, float] = (0.0, 1.0)
+    """95% Wilson interval of ``success_rate`` over the episodes that were not infra failures."""
 
     @classmethod
     def of(cls, rollouts: list[Rollout]) -> EpisodeSummary:
         """Summarise ``rollouts`` (infra failures are counted, not averaged)."""
         ok = [r for r in rollouts if not r.infra_failure]
         n = max(len(ok), 1)
+        wins = sum(r.reward >= 1.0 for r in ok)
         reasons: dict[str, int] = {}
         for r in rollouts:
             if r.infra_failure:
                 reasons[r.stop_reason.value] = reasons.get(r.stop_reason.value, 0) + 1
         return cls(
             episodes=len(rollouts),
-            success_rate=sum(r.reward >= 1.0 for r in ok) / n,
+            success_rate=wins / n,
             return_mean=sum(r.reward for r in ok) / n,
             turns_mean=sum(r.metrics.get("turns", 0.0) for r in ok) / n,
             infra_failures=len(rollouts) - len(ok),
             failure_reasons=dict(sorted(reasons.items())),
+            success_interval=wilson_interval(wins, len(ok)),
         )
 
 

@@ -12,8 +12,13 @@ dir's name:
 ``throughput.png``          ``perf/trajectories_per_s`` and ``perf/tokens_per_s``
 ==========================  ==================================================
 
-A panel that no run has data for is left out, and a figure left with no panel
-is not written. Figures are drawn on matplotlib's Agg canvas (no display, no
+A panel that no run has data for is left out, and so is a panel whose data
+repeats an earlier panel's in every run (mean return *is* the success rate
+when rewards are 0/1); a figure left with no panel is not written. With
+``smooth`` > 0 each curve is an EMA over its faint raw values. Where a run dir
+holds the job's evaluations (``eval_before.json``, ``eval_after.json``), the
+success panel marks them: held-out success before RL at the first step and
+after RL at the last, with 95% intervals. Figures are drawn on matplotlib's Agg canvas (no display, no
 pyplot state). ``sao-gym plot RUN_DIR [--compare RUN_DIR2 ...]`` is the CLI.
 """
 
@@ -31,7 +36,11 @@ from matplotlib.figure import Figure
 
 from sao_gym.logging import read_metrics
 
-__all__ = ["FIGURES", "FigureSpec", "Series", "plot_runs", "smooth_ema"]
+__all__ = ["FIGURES", "FigureSpec", "Series", "eval_marks", "figure_panels", "plot_runs",
+           "smooth_ema"]
+
+SUCCESS_KEY = "rollout/success_rate"
+EVAL_FILES = (("eval_before.json", "before RL"), ("eval_after.json", "after RL"))
 
 
 @dataclass(frozen=True)
@@ -122,11 +131,56 @@ def _has_data(runs: list[list[dict[str, Any]]], key: str) -> bool:
     return any(math.isfinite(v) for records in runs for v in _column(records, key)[1])
 
 
+def figure_panels(spec: FigureSpec, runs: list[list[dict[str, Any]]]
+                  ) -> list[tuple[str, tuple[Series, ...]]]:
+    """The panels of ``spec`` worth drawing for ``runs``: those with data that
+    does not repeat an earlier panel's (same values at the same steps in every run)."""
+    kept: list[tuple[str, tuple[Series, ...]]] = []
+    seen: list[list[tuple]] = []
+    for ylabel, series in spec.panels:
+        if not any(_has_data(runs, s.key) for s in series):
+            continue
+        data = [tuple(_column(records, s.key)) for s in series for records in runs]
+        fingerprint = [(tuple(steps), tuple(round(v, 12) if math.isfinite(v) else None
+                                            for v in values)) for steps, values in data]
+        if fingerprint in seen:
+            continue
+        seen.append(fingerprint)
+        kept.append((ylabel, series))
+    return kept
+
+
+def eval_marks(run_dir: str | os.PathLike[str], records: list[dict[str, Any]]
+               ) -> list[tuple[str, int, float, float, float]]:
+    """``(label, step, success, low, high)`` of the run's before/after evaluations.
+
+    Before RL is placed at the run's first logged step (0 when it has none),
+    after RL at its last; ``low``/``high`` are the 95% Wilson interval
+    (``EpisodeSummary.success_interval``, recomputed for files written without it).
+    """
+    import json
+
+    from sao_gym.evaluation import wilson_interval
+
+    steps = [r["step"] for r in records if "step" in r]
+    marks = []
+    for (name, label), step in zip(EVAL_FILES, (min(steps, default=0), max(steps, default=0)),
+                                   strict=True):
+        path = Path(run_dir) / name
+        if not path.exists():
+            continue
+        summary = json.loads(path.read_text())
+        rate = float(summary["success_rate"])
+        n = int(summary["episodes"]) - int(summary.get("infra_failures", 0))
+        lo, hi = summary.get("success_interval") or wilson_interval(round(rate * n), n)
+        marks.append((f"held-out {label}", step, rate, float(lo), float(hi)))
+    return marks
+
+
 def _draw(spec: FigureSpec, runs: list[list[dict[str, Any]]], labels: list[str],
-          smooth: float, path: Path) -> bool:
+          smooth: float, path: Path, marks: list[list[tuple]] | None = None) -> bool:
     """Draw one figure to ``path``; False (nothing written) when no panel has data."""
-    panels = [(ylabel, series) for ylabel, series in spec.panels
-              if any(_has_data(runs, s.key) for s in series)]
+    panels = figure_panels(spec, runs)
     if not panels:
         return False
     fig = Figure(figsize=(6.0 * len(panels), 4.0), layout="constrained")
@@ -147,6 +201,13 @@ def _draw(spec: FigureSpec, runs: list[list[dict[str, Any]]], labels: list[str],
                             linestyle=s.linestyle, label=name)
                 else:
                     ax.plot(steps, values, color=color, linestyle=s.linestyle, label=name)
+        if marks and any(s.key == SUCCESS_KEY for s in series):
+            for run_marks, color in zip(marks, colors, strict=True):
+                for (label, step, rate, lo, hi), shape in zip(run_marks, "os", strict=False):
+                    ax.errorbar([step], [rate], yerr=[[rate - lo], [hi - rate]], fmt=shape,
+                                color=color, capsize=4, markersize=7,
+                                markerfacecolor="white" if shape == "o" else color,
+                                label=f"{label} (95% CI)" if len(runs) == 1 else None)
         ax.set_xlabel("learner step")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -183,9 +244,10 @@ def plot_runs(run_dir: str | os.PathLike[str], compare: Sequence[str | os.PathLi
     out = Path(out_dir) if out_dir is not None else run_dirs[0] / "plots"
     out.mkdir(parents=True, exist_ok=True)
     labels = _labels(run_dirs)
+    marks = [eval_marks(p, records) for p, records in zip(run_dirs, runs, strict=True)]
     written = []
     for spec in FIGURES:
         path = out / spec.filename
-        if _draw(spec, runs, labels, smooth, path):
+        if _draw(spec, runs, labels, smooth, path, marks):
             written.append(path)
     return written

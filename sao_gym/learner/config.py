@@ -19,6 +19,9 @@ from sao_gym.learner.schedule import LR_SCHEDULES
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 """Valid loss aggregations (:func:`sao_gym.learner.losses.aggregate` modes)."""
 
+AUTOCAST_DTYPES = (None, "bfloat16")
+"""Valid ``LearnerConfig.autocast`` values."""
+
 
 @dataclass(frozen=True)
 class LearnerConfig:
@@ -70,6 +73,12 @@ class LearnerConfig:
     """AdamW weight decay."""
     dtype: str = "float32"
     """Parameter dtype of both models."""
+    autocast: str | None = None
+    """``"bfloat16"``: forward passes of both models under ``torch.autocast`` to
+    bf16 (weights, optimizer state and the loss math stay in ``dtype``). Only
+    worth it where the device computes bf16 natively (GPUs; CPUs with
+    AVX512-BF16 or AMX); elsewhere it is much slower and the learner warns.
+    ``benchmarks/learner.py`` reports its logprob error against fp32."""
     device: str = "cpu"
     """Device of both models."""
     seed: int = 0
@@ -86,6 +95,8 @@ class LearnerConfig:
             raise ValueError("critic_updates and critic_warmup_steps must be >= 0")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
             raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
+        if self.autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if not 0.0 <= self.lr_final_ratio <= 1.0:

@@ -140,6 +140,17 @@ def _check_temperature(temperature: float) -> None:
             f"(temperature 0) has no distribution to train on.")
 
 
+def native_bf16(device: str | torch.device = "cpu") -> bool:
+    """Whether ``device`` computes bf16 natively (CUDA with bf16; a CPU with
+    AVX512-BF16 or AMX, as oneDNN reports it)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return False
+
+
 class Learner:
     """Trains a policy (and a critic, if the algorithm has one) from rollouts.
 
@@ -158,6 +169,11 @@ class Learner:
             raise ValueError(f"algorithm {algorithm!r} "
                              + ("needs a critic" if spec.critic else "takes no critic"))
         _check_temperature(temperature)
+        if config.autocast is not None and not native_bf16(config.device):
+            logger.warning(
+                "learner autocast %s on %s, which has no native bf16 (no AVX512-BF16/AMX): "
+                "expect training to be many times slower than float32", config.autocast,
+                config.device)
         self.total_steps = total_steps
         """Length of the run in learner steps, for a decaying ``lr_schedule``."""
         self.algorithm = algorithm
@@ -230,11 +246,11 @@ class Learner:
         mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
         critic_start = time.perf_counter()
         if self.critic is not None:
-            advantages, returns, values = self._critic_advantages(rollouts, mbs)
+            advantages, returns, values, critic_metrics = self._critic_step(rollouts, mbs)
             ev = _explained_variance(values, returns, mbs)
             if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
                 metrics["critic/explained_variance"] = ev
-            metrics.update(self._train_critic(mbs, returns, values))
+            metrics.update(critic_metrics)
         else:
             advantages = self._outcome_advantages(rollouts, mbs)
         policy_start = time.perf_counter()
@@ -296,71 +312,91 @@ class Learner:
             per_rollout = adv_lib.group_normalized_advantages(rewards, group)
         return [per_rollout[mb.indices][:, None] * mb.action_mask_BT for mb in mbs]
 
-    @torch.no_grad()
-    def _critic_advantages(self, rollouts, mbs):
+    def _gae(self, rollout_list, mb: MicroBatch, after_BT: torch.Tensor):
+        """``(advantages, returns, values)`` of one micro-batch from the critic's
+        ``values_after`` (detached): policy lambda for the advantages, critic lambda
+        for the returns; a truncated rollout bootstraps from the value after its
+        last action token."""
         cfg = self.config
-        advantages, returns, values = [], [], []
-        for mb in mbs:
-            mask = mb.action_mask_BT
-            values_BT, values_after_BT = self._values(mb)
-            v = values_BT * mask
-            truncated = torch.tensor([rollouts[i].truncated for i in mb.indices])
-            last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
-            # V after the last action token (the full prefix through it), not V before it.
-            after_last_B = values_after_BT.gather(1, last_B[:, None]).squeeze(1)
-            bootstrap = torch.where(truncated, after_last_B, 0.0)
-            lam = adv_lib.length_adaptive_lambda(_action_counts(mb), cfg.lambda_alpha)
-            a, _ = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
-                                                lam=lam, bootstrap_B=bootstrap)
-            _, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
-                                                  lam=cfg.critic_lambda, bootstrap_B=bootstrap)
-            advantages.append(a)
-            returns.append(ret)
-            values.append(v)
-        return advantages, returns, values
+        mask = mb.action_mask_BT
+        v = values_before(after_BT) * mask
+        truncated = torch.tensor([rollout_list[i].truncated for i in mb.indices])
+        last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
+        # V after the last action token (the full prefix through it), not V before it.
+        after_last_B = after_BT.gather(1, last_B[:, None]).squeeze(1)
+        bootstrap = torch.where(truncated, after_last_B, 0.0)
+        lam = adv_lib.length_adaptive_lambda(_action_counts(mb), cfg.lambda_alpha)
+        a, _ = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
+                                            lam=lam, bootstrap_B=bootstrap)
+        _, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
+                                              lam=cfg.critic_lambda, bootstrap_B=bootstrap)
+        return a, ret, v
 
-    def _values(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(values_BT, values_after_BT)`` of the critic (see :mod:`~sao_gym.learner.critic`)."""
+    def _values_after(self, mb: MicroBatch) -> torch.Tensor:
+        """The critic's ``values_after_BT`` of a micro-batch (see :mod:`~sao_gym.learner.critic`)."""
         assert self.critic is not None
         dev = self.config.device
-        after_BT = self.critic.values_after(mb.input_ids_BT.to(dev),
-                                            mb.attention_mask_BT.to(dev)).cpu()
-        return values_before(after_BT), after_BT
+        with self._autocast():
+            return self.critic.values_after(mb.input_ids_BT.to(dev),
+                                            mb.attention_mask_BT.to(dev)).float().cpu()
 
-    # ----- optimisation -----
-    def _train_critic(self, mbs, returns, old_values) -> dict[str, float]:
-        """``critic_updates`` critic steps; metrics are means over those steps."""
+    def _critic_step(self, rollouts, mbs):
+        """Pre-update values -> GAE, then ``critic_updates`` critic optimizer steps.
+
+        Returns ``(advantages, returns, values, metrics)`` per micro-batch. The
+        first update's forward pass is the one the advantages are read from (no
+        weight changes until every micro-batch has been through it), so the
+        pre-update values cost no pass of their own. Metrics are means over the
+        updates.
+        """
         assert self.critic is not None and self.critic_opt is not None
-        cfg = self.config
-        if cfg.critic_updates == 0:
-            return {}
+        updates = self.config.critic_updates
+        advantages, returns, values = [], [], []
         n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
         n_seq = float(sum(len(mb.indices) for mb in mbs))
         self.critic.train()
         m = _Metrics()  # identical weights in every update: a mean of the updates' means
         totals, norms = [], []
-        for _ in range(cfg.critic_updates):
+        for epoch in range(max(updates, 1)):
             total = 0.0
-            for mb, ret, old in zip(mbs, returns, old_values, strict=True):
-                v, _ = self._values(mb)
+            for j, mb in enumerate(mbs):
+                with torch.set_grad_enabled(updates > 0):
+                    after_BT = self._values_after(mb)
+                if epoch == 0:
+                    for out, x in zip((advantages, returns, values),
+                                      self._gae(rollouts, mb, after_BT.detach()), strict=True):
+                        out.append(x)
+                if updates == 0:
+                    continue
                 loss, stats = losses.value_loss(
-                    v, ret, mb.action_mask_BT, old_values_BT=old, clip=cfg.value_clip,
-                    aggregation=cfg.aggregation, num_tokens=n_tok, num_seqs=n_seq)
+                    values_before(after_BT), returns[j], mb.action_mask_BT,
+                    old_values_BT=values[j], clip=self.config.value_clip,
+                    aggregation=self.config.aggregation, num_tokens=n_tok, num_seqs=n_seq)
                 value = float(loss.detach())
                 total += value
                 if math.isfinite(value):
                     loss.backward()
                 m.add(stats, float(mb.action_mask_BT.sum()), "critic/")
-            norms.append(self._optimizer_step(self.critic, self.critic_opt,
-                                              finite=math.isfinite(total)))
-            totals.append(total)
-        return {"loss/value": sum(totals) / len(totals),
-                "critic/grad_norm": sum(norms) / len(norms), **m.means()}
+            if updates:
+                norms.append(self._optimizer_step(self.critic, self.critic_opt,
+                                                  finite=math.isfinite(total)))
+                totals.append(total)
+        metrics = ({"loss/value": sum(totals) / len(totals),
+                    "critic/grad_norm": sum(norms) / len(norms), **m.means()} if updates else {})
+        return advantages, returns, values, metrics
 
     def _logits(self, mb: MicroBatch) -> torch.Tensor:
         dev = self.config.device
-        return self.policy(input_ids=mb.input_ids_BT.to(dev),
-                           attention_mask=mb.attention_mask_BT.to(dev)).logits
+        with self._autocast():
+            return self.policy(input_ids=mb.input_ids_BT.to(dev),
+                               attention_mask=mb.attention_mask_BT.to(dev)).logits
+
+    def _autocast(self):
+        """``torch.autocast`` to ``config.autocast`` (a no-op when it is None)."""
+        dtype = self.config.autocast
+        return torch.autocast(device_type=torch.device(self.config.device).type,
+                              dtype=getattr(torch, dtype or "bfloat16"),
+                              enabled=dtype is not None)
 
     def _logprobs(self, mb: MicroBatch, logits: torch.Tensor) -> torch.Tensor:
         return token_logprobs(logits, mb.input_ids_BT.to(logits.device), self.temperature).cpu()
@@ -376,11 +412,16 @@ class Learner:
         self.policy.train()
         parts = [micro_batches(rollouts, cfg.max_tokens_per_microbatch, self.pad_id, subset=p)
                  for p in split_minibatches(len(rollouts), cfg.policy_minibatches)]
-        reference = [[mb.rollout_logprobs_BT for mb in part] for part in parts]
-        if self._needs_old_logprobs:  # the policy at the start of the step, for every part
+        reference: list[list[torch.Tensor | None]] = [
+            [mb.rollout_logprobs_BT for mb in part] for part in parts]
+        if self._needs_old_logprobs:
+            # PPO's old policy is the one at the start of the step. The first part is
+            # trained before any weight changes, so its own forward (detached) is that
+            # policy (None below); later parts need a pass before the first step.
             with torch.no_grad():
-                reference = [[self._logprobs(mb, self._logits(mb)) for mb in part]
-                             for part in parts]
+                reference = [[None] * len(parts[0])] + [
+                    [self._logprobs(mb, self._logits(mb)) for mb in part]
+                    for part in parts[1:]]
         m = _Metrics()
         part_losses, norms = [], []
         for part, part_reference in zip(parts, reference, strict=True):
@@ -390,7 +431,9 @@ class Learner:
             for mb, ref in zip(part, part_reference, strict=True):
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
                 logits = self._logits(mb)
-                loss, stats = self._policy_loss(self._logprobs(mb, logits), ref, adv_BT,
+                logprobs = self._logprobs(mb, logits)
+                ref = logprobs.detach() if ref is None else ref
+                loss, stats = self._policy_loss(logprobs, ref, adv_BT,
                                                 mb.action_mask_BT, num_tokens=n_tok,
                                                 num_seqs=n_seq)
                 value = float(loss.detach())
@@ -434,9 +477,8 @@ class Learner:
         mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
         history = []
         for _ in range(steps):
-            _, returns, values = self._critic_advantages(rollouts, mbs)
+            _, returns, values, _ = self._critic_step(rollouts, mbs)
             history.append(_explained_variance(values, returns, mbs))
-            self._train_critic(mbs, returns, values)
         return history
 
     # ----- checkpoints -----

@@ -129,8 +129,11 @@ class WarmStartConfig:
     batch_size: int = 16
     """Demonstrations per step."""
     target_success: float | None = 0.4
-    """Stop once the policy would solve this share of held-out tasks at temperature 1
-    (``sequence_success``); ``steps`` is then the maximum. None: run every step."""
+    """Stop once the policy would solve this share of held-out tasks (estimated by
+    ``target_metric``); ``steps`` is then the maximum. None: run every step."""
+    target_metric: str = "sampled"
+    """``"sampled"``: at temperature 1; ``"greedy"``: by greedy decoding (both
+    teacher-forced estimates, :func:`sao_gym.runtime.warmstart.holdout_success`)."""
     holdout_episodes: int = 64
     """Held-out demonstrations (tasks not trained on) for the early stop."""
     oracle: dict[str, Any] = field(default_factory=dict)
@@ -146,6 +149,9 @@ class WarmStartConfig:
         target = self.target_success
         if target is not None and not 0.0 < target <= 1.0:
             raise ConfigError(f"warm_start.target_success must be in (0, 1] or null, got {target}")
+        if self.target_metric not in ("sampled", "greedy"):
+            raise ConfigError(f"warm_start.target_metric must be 'sampled' or 'greedy', got "
+                              f"{self.target_metric!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"warm_start.label_smoothing must be in [0, 1), got "
                               f"{self.label_smoothing}")

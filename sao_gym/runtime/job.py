@@ -33,6 +33,9 @@ TINY_MODEL = {"hidden_size": 128, "num_layers": 2}
 start learns to copy numbers within a few hundred steps, and a step costs a
 quarter of the 256-wide, 4-layer model's."""
 
+PLOT_SMOOTHING = 0.9
+"""EMA weight of the job's curves (the raw values are drawn faint beneath)."""
+
 SMOLLM2_CACHE = Path.home() / ".cache" / "sao_gym" / "smollm2"
 
 
@@ -91,16 +94,19 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
         reached = s.holdout_success is not None and s.holdout_success >= target
         if s.step % every == 0 or s.step == ws.steps or reached:
             held = ("" if s.holdout_success is None
-                    else f", held-out success {s.holdout_success:.3f}")
+                    else f", held-out success {s.holdout_sampled:.3f} sampled / "
+                         f"{s.holdout_greedy:.3f} greedy")
             say(f"warm start step {s.step}/{ws.steps}: loss {s.loss:.3f}, "
                 f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
         if reached:
-            say(f"warm start stopped: held-out success reached the target {target}")
+            say(f"warm start stopped: held-out {ws.target_metric} success reached the "
+                f"target {target}")
 
     return sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
                batch_size=ws.batch_size, warmup_steps=ws.steps // 20, seed=config.seed,
                callback=report, label_smoothing=ws.label_smoothing,
-               holdout=holdout or None, target_success=target if holdout else None)
+               holdout=holdout or None, target_success=target if holdout else None,
+               target_metric=ws.target_metric)
 
 
 def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,
@@ -192,7 +198,7 @@ def _plots(run_dir: Path) -> list[Path]:
     from sao_gym.plotting import plot_runs
 
     try:
-        return plot_runs(run_dir)
+        return plot_runs(run_dir, smooth=PLOT_SMOOTHING)
     except Exception:  # noqa: BLE001 - a plotting problem must not fail a finished run
         logger.exception("plotting failed")
         return []

@@ -213,7 +213,12 @@ class SFTStep:
     elapsed_s: float
     """Seconds since ``sft`` started training."""
     holdout_success: float | None = None
-    """:func:`sequence_success` on the held-out demonstrations after this step (on check steps)."""
+    """The stopping estimate (``target_metric`` of :func:`holdout_success`) on the
+    held-out demonstrations after this step (on check steps)."""
+    holdout_greedy: float | None = None
+    """:func:`holdout_success`'s greedy estimate after this step (on check steps)."""
+    holdout_sampled: float | None = None
+    """:func:`holdout_success`'s sampled estimate after this step (on check steps)."""
 
 
 def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
@@ -295,6 +300,49 @@ def demonstration_loss(
     return loss
 
 
+TARGET_METRICS = ("sampled", "greedy")
+"""What ``sft(target_metric=...)`` stops on: :func:`holdout_success`'s two estimates."""
+
+
+def holdout_success(
+    model: torch.nn.Module,
+    demonstrations: Sequence[Rollout],
+    *,
+    pad_id: int = 0,
+    max_tokens_per_microbatch: int = 8192,
+) -> dict[str, float]:
+    """Two success estimates over demonstrations, from one teacher-forced pass.
+
+    - ``"sampled"``: the mean of ``exp(-sum of action-token NLL)`` per
+      rollout, the chance that the policy, fed the same observations, samples
+      exactly the demonstrated action tokens at temperature 1 (:func:`sequence_success`);
+    - ``"greedy"``: the share of rollouts whose every action token is the
+      policy's argmax, i.e. that greedy decoding reproduces.
+
+    Over rewarded demonstrations of held-out tasks both estimate (from below:
+    other token paths may also succeed) the success rate of played episodes,
+    sampled and greedy, without playing any.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from sao_gym.learner.batching import micro_batches, token_logprobs
+
+    demos = _check_demonstrations(demonstrations)
+    probs: list[float] = []
+    greedy: list[float] = []
+    device = next(model.parameters()).device
+    with _eval_mode(model), torch.no_grad():
+        for mb in micro_batches(demos, max_tokens_per_microbatch, pad_id):
+            ids = mb.input_ids_BT.to(device)
+            mask = mb.action_mask_BT.to(device)
+            logits = model(input_ids=ids, attention_mask=mb.attention_mask_BT.to(device)).logits
+            probs += (token_logprobs(logits, ids) * mask).sum(-1).exp().tolist()
+            hit = F.pad(logits[:, :-1].argmax(-1) == ids[:, 1:], (1, 0), value=True)
+            greedy += (hit | (mask == 0)).all(-1).float().tolist()
+    return {"sampled": sum(probs) / len(probs), "greedy": sum(greedy) / len(greedy)}
+
+
 def sequence_success(
     model: torch.nn.Module,
     demonstrations: Sequence[Rollout],
@@ -308,22 +356,10 @@ def sequence_success(
     policy, fed the same observations, samples exactly the demonstrated
     action tokens. Over rewarded demonstrations of held-out tasks this
     estimates (from below: other token paths may also succeed) the success
-    rate of sampled episodes, without playing any.
+    rate of sampled episodes, without playing any. (``holdout_success(...)["sampled"]``.)
     """
-    import torch
-
-    from sao_gym.learner.batching import micro_batches, token_logprobs
-
-    demos = _check_demonstrations(demonstrations)
-    probs: list[float] = []
-    device = next(model.parameters()).device
-    with _eval_mode(model), torch.no_grad():
-        for mb in micro_batches(demos, max_tokens_per_microbatch, pad_id):
-            ids = mb.input_ids_BT.to(device)
-            logits = model(input_ids=ids, attention_mask=mb.attention_mask_BT.to(device)).logits
-            logp = (token_logprobs(logits, ids) * mb.action_mask_BT.to(device)).sum(-1)
-            probs += logp.exp().tolist()
-    return sum(probs) / len(probs)
+    return holdout_success(model, demonstrations, pad_id=pad_id,
+                           max_tokens_per_microbatch=max_tokens_per_microbatch)["sampled"]
 
 
 def sft(
@@ -344,6 +380,7 @@ def sft(
     label_smoothing: float = 0.0,
     holdout: Sequence[Rollout] | None = None,
     target_success: float | None = None,
+    target_metric: str = "sampled",
     check_every: int = 10,
 ) -> str:
     """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
@@ -365,9 +402,12 @@ def sft(
     demonstrations or non-positive ``steps``/``lr``/``batch_size``.
 
     Early stop: with ``holdout`` (demonstrations of tasks not trained on) and
-    ``target_success``, every ``check_every`` steps :func:`sequence_success`
-    of the holdout is measured (``SFTStep.holdout_success``) and training
-    stops once it reaches the target, so ``steps`` is then a maximum. A warm
+    ``target_success``, every ``check_every`` steps :func:`holdout_success`
+    of the holdout is measured (``SFTStep.holdout_sampled``/``holdout_greedy``)
+    and training stops once its ``target_metric`` estimate (``"sampled"``: at
+    temperature 1, ``"greedy"``) reaches the target, so ``steps`` is then a
+    maximum. A greedy target stops once the skill is there for most tasks
+    while sampling still errs: the headroom RL at temperature 1 can win. A warm
     start that should leave room for RL stops at a chosen level of skill
     rather than after a step count, which small models reach at very
     different times depending on their initialization.
@@ -383,6 +423,9 @@ def sft(
             raise ValueError("target_success needs holdout demonstrations")
         if not 0.0 < target_success <= 1.0:
             raise ValueError(f"target_success must be in (0, 1], got {target_success}")
+        if target_metric not in TARGET_METRICS:
+            raise ValueError(f"target_metric must be one of {TARGET_METRICS}, got "
+                             f"{target_metric!r}")
         if check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {check_every}")
         holdout = _check_demonstrations(holdout)
@@ -422,20 +465,22 @@ def sft(
             else:
                 logger.warning("sft step %d: non-finite loss or gradient; step skipped", step)
             opt.zero_grad(set_to_none=True)
-            held = None
+            held, estimates = None, {}
             if target_success is not None and (step % check_every == 0 or step == steps):
-                held = sequence_success(model, holdout, pad_id=pad_id,
-                                        max_tokens_per_microbatch=max_tokens_per_microbatch)
+                estimates = holdout_success(model, holdout, pad_id=pad_id,
+                                            max_tokens_per_microbatch=max_tokens_per_microbatch)
+                held = estimates[target_metric]
             record = SFTStep(step, loss, accuracy, norm, step_lr,
-                             sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held)
+                             sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held,
+                             estimates.get("greedy"), estimates.get("sampled"))
             if callback is not None:
                 callback(record)
             if log_every and (step % log_every == 0 or step == steps):
                 logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
                             "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
             if held is not None and held >= target_success:
-                logger.info("sft: held-out success %.3f reached the target %.3f at step %d",
-                            held, target_success, step)
+                logger.info("sft: held-out %s success %.3f reached the target %.3f at step %d",
+                            target_metric, held, target_success, step)
                 break
     model.eval()
     out = Path(out_dir)
@@ -452,6 +497,7 @@ __all__ = [
     "acollect_demonstrations",
     "collect_demonstrations",
     "demonstration_loss",
+    "holdout_success",
     "sequence_success",
     "sft",
 ]

@@ -30,3 +30,15 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "sao_gym.cli", "envs"], capture_output=True,
                          text=True, check=True)
     assert "sao_gym/Arithmetic-v0" in out.stdout
+
+
+def test_train_result_prints_gain_with_intervals():
+    from sao_gym.cli import _gain_lines
+
+    # hand values: Wilson 128/256 -> 0.5 +- 0.0608; 192/256 -> 0.7463 +- 0.0528;
+    # gain 0.25 +- 1.96 * sqrt(0.25/256 + 0.1875/256) = 0.25 +- 0.0810
+    lines = _gain_lines({"success_rate": 0.5, "episodes": 256, "infra_failures": 0},
+                        {"success_rate": 0.75, "episodes": 258, "infra_failures": 2})
+    assert lines[0] == ("success:    0.500 [0.439, 0.561] before -> 0.750 [0.694, 0.799] "
+                        "after RL (256 held-out episodes, 95% intervals)")
+    assert lines[1] == "gain:       +25.0 points (95% interval +16.9 to +33.1)"

@@ -141,3 +141,39 @@ def test_evaluate_policy_reports_the_infra_failures(tiny_model_path):
     assert result["infra_failures"] == len(failing(range(1_000_000, 1_000_010))) == 2
     assert result["failure_reasons"] == {"env_error": 2}
     assert FlakyResetEnv.built == FlakyResetEnv.closed == 10
+
+
+def test_wilson_interval_against_hand_values_and_edges():
+    from sao_gym.evaluation import wilson_interval
+
+    # p = 0.5, n = 100: centre 0.5, half-width z * sqrt(0.0025 + z^2/40000) / (1 + z^2/100)
+    lo, hi = wilson_interval(50, 100)
+    assert (lo, hi) == pytest.approx((0.4038, 0.5962), abs=1e-4)
+    assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
+    assert wilson_interval(0, 20)[1] == pytest.approx(0.1611, abs=1e-4)
+    assert wilson_interval(0, 0) == (0.0, 1.0)
+    with pytest.raises(ValueError, match="successes"):
+        wilson_interval(5, 4)
+
+
+def test_gain_interval_is_the_normal_difference_interval():
+    from sao_gym.evaluation import gain_interval
+
+    lo, hi = gain_interval(0.4, 256, 0.6, 256)
+    se = ((0.24 + 0.24) / 256) ** 0.5
+    assert (lo, hi) == pytest.approx((0.2 - 1.959964 * se, 0.2 + 1.959964 * se))
+    with pytest.raises(ValueError):
+        gain_interval(0.4, 0, 0.5, 10)
+
+
+def test_summary_carries_the_success_interval():
+    from sao_gym.evaluation import EpisodeSummary, wilson_interval
+    from sao_gym.types import Rollout, StopReason
+
+    def ro(reward, failed=False):
+        return Rollout([1, 2], [0, 1], [0.0, -1.0], [-1, 0], reward, True, False,
+                       StopReason.TERMINATED, failed, [], "e", "t", None, {})
+
+    s = EpisodeSummary.of([ro(1.0), ro(0.0), ro(1.0), ro(0.0, failed=True)])
+    assert s.success_rate == pytest.approx(2 / 3)
+    assert s.success_interval == wilson_interval(2, 3)

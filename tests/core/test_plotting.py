@@ -106,3 +106,40 @@ def test_cli_plot_failures(tmp_path, capsys):
     write_run(tmp_path / "empty", keys=set())
     assert main(["plot", str(tmp_path / "empty")]) == 1
     assert "nothing to plot" in capsys.readouterr().err
+
+
+def test_a_panel_repeating_another_is_left_out(tmp_path):
+    from sao_gym.plotting import figure_panels
+    from sao_gym.logging import read_metrics
+
+    success = next(spec for spec in FIGURES if spec.filename == "success.png")
+    binary = tmp_path / "binary"  # 0/1 rewards: the mean return is the success rate
+    with JsonlLogger(binary) as logger:
+        for step, rate in enumerate([0.25, 0.5, 0.75], 1):
+            logger.log(step, {"rollout/success_rate": rate, "rollout/return_mean": rate})
+    shaped = write_run(tmp_path / "shaped", steps=4, seed=0.5)  # returns above 1 differ
+    assert [y for y, _ in figure_panels(success, [read_metrics(binary)])] == ["success rate"]
+    assert [y for y, _ in figure_panels(success, [read_metrics(shaped)])] == [
+        "success rate", "mean return"]
+    # a panel is kept when any run tells it apart
+    assert len(figure_panels(success, [read_metrics(binary), read_metrics(shaped)])) == 2
+
+
+def test_eval_marks_place_before_and_after_with_intervals(tmp_path):
+    import json
+
+    from sao_gym.logging import read_metrics
+    from sao_gym.plotting import eval_marks
+
+    run = write_run(tmp_path / "run", steps=6)
+    records = read_metrics(run)
+    assert eval_marks(run, records) == []
+    (run / "eval_before.json").write_text(json.dumps(
+        {"success_rate": 0.8, "episodes": 12, "infra_failures": 2}))  # old file: no interval
+    (run / "eval_after.json").write_text(json.dumps(
+        {"success_rate": 0.5, "episodes": 4, "success_interval": [0.1, 0.9]}))
+    (before, after) = eval_marks(run, records)
+    assert before[:3] == ("held-out before RL", 1, 0.8)
+    assert before[3:] == pytest.approx((0.490, 0.943), abs=1e-3)  # Wilson, 8 of 10
+    assert after == ("held-out after RL", 6, 0.5, 0.1, 0.9)
+    assert_pngs(plot_runs(run, smooth=0.9), ALL)

@@ -1,5 +1,6 @@
 """The learner end to end on the tiny model, against slow per-rollout references."""
 
+import dataclasses
 import io
 import math
 import random
@@ -7,6 +8,7 @@ import random
 import pytest
 import torch
 
+from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
 from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy
@@ -464,3 +466,71 @@ def test_learner_refuses_a_missing_or_unexpected_critic(tiny_model_path):
         Learner("grpo", policy, table_critic({}), LearnerConfig())
     with pytest.raises(ValueError, match="unknown algorithm"):
         Learner("ppo", policy, None, LearnerConfig())
+
+
+# ---------- cost per sample ----------
+
+def _count_forwards(module: torch.nn.Module) -> list[int]:
+    calls = [0]
+    module.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+@pytest.mark.parametrize("updates", [0, 1, 2])
+def test_pre_update_values_come_from_the_first_critic_pass(tiny_model_path, updates):
+    """K critic updates cost K critic passes (one when K = 0), not K + 1."""
+    cfg = LearnerConfig(lr=1e-3, critic_lr=1e-2, critic_updates=updates, critic_warmup_steps=0,
+                        max_tokens_per_microbatch=64)
+    learner = build_learner("sao", tiny_model_path, cfg)
+    rollouts = _batch(learner.policy, 6, seed=8)
+    ref_advs, ref_loss = ref_critic(learner, rollouts, lambda n: 1 - 1 / (cfg.lambda_alpha * n))
+    n_mbs = len(micro_batches(rollouts, 64))
+    assert n_mbs > 1
+    calls = _count_forwards(learner.critic.backbone)
+    m = learner.update(rollouts)
+    assert calls[0] == max(updates, 1) * n_mbs
+    # the advantages still use the values before this step's critic updates (the
+    # reference reads the critic before any update)
+    action_advs = [a for ro, adv in zip(rollouts, ref_advs, strict=True)
+                   for a, mask in zip(adv, ro.loss_mask, strict=True) if mask]
+    assert m["advantage/mean"] == pytest.approx(sum(action_advs) / len(action_advs), abs=1e-5)
+    if updates == 1:  # the one update's loss is the pre-update values' loss
+        assert m["loss/value"] == pytest.approx(ref_loss, rel=1e-5)
+    assert ("loss/value" in m) == (updates > 0)
+
+
+@pytest.mark.parametrize("parts, extra", [(1, 0), (2, 1)])
+def test_ppo_old_logprobs_cost_a_pass_only_after_the_first_step(tiny_model_path, parts, extra):
+    """The first minibatch's own forward is the start-of-step policy; later ones need one."""
+    learner = build_learner("grpo", tiny_model_path, LearnerConfig(
+        lr=1e-2, group_size=2, policy_minibatches=parts))
+    rollouts = [dataclasses.replace(r, reward=float(i % 2))  # every group has a signal
+                for i, r in enumerate(_batch(learner.policy, 4, group_size=2))]
+    calls = _count_forwards(learner.policy)
+    m = learner.update(rollouts)
+    assert calls[0] == parts + extra  # every part fits one micro-batch
+    if parts == 1:
+        assert m["sao/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    else:  # the second part is scored against the policy before the first step
+        assert abs(m["sao/ratio_mean"] - 1.0) > 1e-3
+
+
+def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, caplog,
+                                                               monkeypatch):
+    with pytest.raises(ValueError, match="autocast must be one of"):
+        LearnerConfig(autocast="float16")
+    import sao_gym.learner.sao as sao_mod
+
+    monkeypatch.setattr(sao_mod, "native_bf16", lambda device="cpu": False)
+    with caplog.at_level("WARNING", logger="sao_gym.learner.sao"):
+        bf16 = build_learner("sao", tiny_model_path, LearnerConfig(autocast="bfloat16"))
+    assert "no native bf16" in caplog.text
+    fp32 = build_learner("sao", tiny_model_path, LearnerConfig())
+    rollouts = _batch(fp32.policy, 2, seed=9)
+    mb = micro_batches(rollouts, 4096)[0]
+    logits = bf16._logits(mb)
+    assert logits.dtype == torch.bfloat16 and bf16._values_after(mb).dtype == torch.float32
+    mask = mb.action_mask_BT > 0
+    err = (bf16._logprobs(mb, logits) - fp32._logprobs(mb, fp32._logits(mb)))[mask].abs()
+    assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
+    assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -257,6 +258,32 @@ def test_sequence_success_is_the_probability_of_each_demonstration(small_model, 
     assert 0.0 <= got < 0.01  # an untrained model reproduces nothing
 
 
+def test_greedy_holdout_success_is_the_share_reproduced_by_argmax(small_model, tok, demos):
+    from sao_gym.runtime.warmstart import holdout_success
+
+    model, _ = load_policy(small_model)
+    expected = []
+    for demo in demos:  # the slow reference: one rollout, every action token the argmax?
+        ids = torch.tensor([demo.token_ids])
+        with torch.no_grad():
+            argmax = model(input_ids=ids).logits[0].argmax(-1).tolist()
+        expected.append(all(argmax[t - 1] == demo.token_ids[t]
+                            for t, m in enumerate(demo.loss_mask) if m))
+    got = holdout_success(model, demos, pad_id=tok.pad_token_id)
+    assert got["greedy"] == sum(expected) / len(expected)
+    # a demonstration made of the model's own argmax tokens is reproduced greedily
+    demo = demos[0]
+    ids = list(demo.token_ids)
+    for t, m in enumerate(demo.loss_mask):
+        if m:
+            with torch.no_grad():
+                ids[t] = int(model(input_ids=torch.tensor([ids[:t]])).logits[0, -1].argmax())
+    own = dataclasses.replace(demo, token_ids=ids)
+    mixed = holdout_success(model, [own, *demos], pad_id=tok.pad_token_id)
+    assert mixed["greedy"] == (1 + sum(expected)) / (1 + len(expected))
+    assert mixed["sampled"] > got["sampled"]
+
+
 def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos, tmp_path):
     from sao_gym.runtime.warmstart import sequence_success
 
@@ -271,6 +298,18 @@ def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos,
     model, _ = load_policy(out)
     assert sequence_success(model, demos[:2], pad_id=tok.pad_token_id) == pytest.approx(
         checks[-1].holdout_success, rel=1e-4)
+    assert all(s.holdout_sampled == s.holdout_success for s in checks)
+    assert all(0 <= s.holdout_greedy <= 1 for s in checks)
+    # a greedy target stops on the greedy estimate
+    log.clear()
+    sft(small_model, demos[:2], out_dir=tmp_path / "g", holdout=demos[:2], target_success=1.0,
+        target_metric="greedy", callback=log.append, **kw)
+    checks = [s for s in log if s.holdout_success is not None]
+    assert checks[-1].holdout_greedy == checks[-1].holdout_success == 1.0 and log[-1].step < 60
+    assert all(s.holdout_greedy < 1.0 for s in checks[:-1])
+    with pytest.raises(ValueError, match="target_metric"):
+        sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
+            target_success=0.5, target_metric="beam", **kw)
     # an unreachable target runs every step; no target, no checks
     log.clear()
     sft(small_model, demos[:2], out_dir=tmp_path / "b", holdout=demos[2:], target_success=1.0,
