@@ -20,7 +20,6 @@ from sao_gym.core import Agent, AgentEnv, AgentWrapper
 from sao_gym.rollout import play_episode
 from sao_gym.types import Rollout
 
-
 Z95 = 1.959964
 """The standard normal quantile of a two-sided 95% interval."""
 

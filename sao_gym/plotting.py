@@ -18,8 +18,9 @@ when rewards are 0/1); a figure left with no panel is not written. With
 ``smooth`` > 0 each curve is an EMA over its faint raw values. Where a run dir
 holds the job's evaluations (``eval_before.json``, ``eval_after.json``), the
 success panel marks them: held-out success before RL at the first step and
-after RL at the last, with 95% intervals. Figures are drawn on matplotlib's Agg canvas (no display, no
-pyplot state). ``sao-gym plot RUN_DIR [--compare RUN_DIR2 ...]`` is the CLI.
+after RL at the last, with 95% intervals. Figures are drawn on matplotlib's
+Agg canvas (no display, no pyplot state). ``sao-gym plot RUN_DIR [--compare
+RUN_DIR2 ...]`` is the CLI.
 """
 
 from __future__ import annotations
@@ -133,8 +134,11 @@ def _has_data(runs: list[list[dict[str, Any]]], key: str) -> bool:
 
 def figure_panels(spec: FigureSpec, runs: list[list[dict[str, Any]]]
                   ) -> list[tuple[str, tuple[Series, ...]]]:
-    """The panels of ``spec`` worth drawing for ``runs``: those with data that
-    does not repeat an earlier panel's (same values at the same steps in every run)."""
+    """The panels of ``spec`` worth drawing for ``runs``.
+
+    Those with data that does not repeat an earlier panel's (same values at
+    the same steps in every run).
+    """
     kept: list[tuple[str, tuple[Series, ...]]] = []
     seen: list[list[tuple]] = []
     for ylabel, series in spec.panels:
@@ -212,7 +216,9 @@ def _draw(spec: FigureSpec, runs: list[list[dict[str, Any]]], labels: list[str],
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    fig.suptitle(spec.title)
+    # a figure that lost a panel is titled by what it still shows
+    fig.suptitle(spec.title if len(panels) == len(spec.panels)
+                 else ", ".join(y for y, _ in panels).capitalize())
     fig.savefig(path, dpi=100)
     return True
 

@@ -49,6 +49,11 @@ class LearnerConfig:
     """First learner steps that train only the critic."""
     critic_freeze: str | None = "attention"
     """``"attention"`` freezes the critic's attention projections; ``None`` trains all."""
+    bootstrap_truncated: bool = False
+    """Truncated rollouts (turn limit, context or token budget) bootstrap their
+    return from the critic's value after their last action token (True), or
+    end with their reward like terminated ones (False: the limit is part of the
+    task, as when evaluation counts it a failure)."""
     value_clip: float | None = None
     """PPO-style value clipping around the pre-update values; ``None``: plain MSE."""
     group_size: int = 8
@@ -65,6 +70,10 @@ class LearnerConfig:
     lr_schedule: str = "constant"
     """``constant``, ``linear`` or ``cosine``: both learning rates fall from their
     base value to ``lr_final_ratio`` times it over the run's total steps."""
+    lr_warmup_steps: int = 0
+    """Linear learning-rate warm-up over each model's first updates (0: none): the
+    critic's from learner step 0, the policy's from its first update (after
+    ``critic_warmup_steps``). Multiplies the ``lr_schedule`` factor."""
     lr_final_ratio: float = 0.1
     """Share of the base learning rates left at the end of a decaying schedule."""
     max_grad_norm: float | None = 1.0
@@ -91,8 +100,9 @@ class LearnerConfig:
                      "running_mean_window", "policy_minibatches"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.critic_updates < 0 or self.critic_warmup_steps < 0:
-            raise ValueError("critic_updates and critic_warmup_steps must be >= 0")
+        if self.critic_updates < 0 or self.critic_warmup_steps < 0 or self.lr_warmup_steps < 0:
+            raise ValueError("critic_updates, critic_warmup_steps and lr_warmup_steps must "
+                             "be >= 0")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
             raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
         if self.autocast not in AUTOCAST_DTYPES:

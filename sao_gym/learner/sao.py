@@ -12,8 +12,9 @@ the batch under the current critic -> GAE advantages (length-adaptive policy
 lambda) and returns (critic lambda, 1 by default) -> ``critic_updates`` critic
 optimizer steps on the whole batch -> the policy steps (none during the first
 ``critic_warmup_steps`` steps). Advantages use the critic's values *before*
-this step's critic updates. A truncated rollout bootstraps from the critic's
-value *after* its last action token.
+this step's critic updates. With ``bootstrap_truncated`` a truncated rollout
+bootstraps from the critic's value *after* its last action token; by default
+it ends with its reward, like a terminated one.
 
 The policy steps: the batch's rollouts are cut into ``policy_minibatches``
 contiguous parts, one policy optimizer step each (so one update adds at most
@@ -62,7 +63,7 @@ from sao_gym.learner.batching import (
 )
 from sao_gym.learner.config import LearnerConfig
 from sao_gym.learner.critic import ValueModel, values_before
-from sao_gym.learner.schedule import lr_scale
+from sao_gym.learner.schedule import lr_scale, warmup_scale
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,10 @@ def _check_temperature(temperature: float) -> None:
 
 
 def native_bf16(device: str | torch.device = "cpu") -> bool:
-    """Whether ``device`` computes bf16 natively (CUDA with bf16; a CPU with
-    AVX512-BF16 or AMX, as oneDNN reports it)."""
+    """Whether ``device`` computes bf16 natively.
+
+    CUDA with bf16 support, or a CPU with AVX512-BF16 or AMX (as oneDNN reports it).
+    """
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -206,9 +209,11 @@ class Learner:
         critic_lr = config.critic_lr or 5 * config.lr
         self.policy_opt = self._optimizer(policy, config.lr)
         self.critic_opt = self._optimizer(critic, critic_lr) if critic is not None else None
-        self._base_lrs = [(self.policy_opt, config.lr)]  # what lr_schedule scales
+        # what lr_schedule scales, and the learner step each model's warm-up starts at
+        policy_start = config.critic_warmup_steps if critic is not None else 0
+        self._base_lrs = [(self.policy_opt, config.lr, policy_start)]
         if self.critic_opt is not None:
-            self._base_lrs.append((self.critic_opt, critic_lr))
+            self._base_lrs.append((self.critic_opt, critic_lr, 0))
 
     @property
     def max_versions_per_step(self) -> int:
@@ -224,13 +229,16 @@ class Learner:
         return self.policy.state_dict()
 
     def _set_lr(self) -> float:
-        """Apply this step's ``lr_schedule`` factor to both optimizers; returns the policy lr."""
+        """Apply this step's schedule (and warm-up) to both optimizers; returns the policy lr."""
         c = self.config
         scale = lr_scale(self.steps_done, self.total_steps, c.lr_schedule, c.lr_final_ratio)
-        for opt, base in self._base_lrs:
+        rates = []
+        for opt, base, start in self._base_lrs:
+            rate = base * scale * warmup_scale(self.steps_done - start, c.lr_warmup_steps)
             for group in opt.param_groups:
-                group["lr"] = base * scale
-        return c.lr * scale
+                group["lr"] = rate
+            rates.append(rate)
+        return rates[0]
 
     def _optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
         params = [p for p in model.parameters() if p.requires_grad]
@@ -313,14 +321,17 @@ class Learner:
         return [per_rollout[mb.indices][:, None] * mb.action_mask_BT for mb in mbs]
 
     def _gae(self, rollout_list, mb: MicroBatch, after_BT: torch.Tensor):
-        """``(advantages, returns, values)`` of one micro-batch from the critic's
-        ``values_after`` (detached): policy lambda for the advantages, critic lambda
-        for the returns; a truncated rollout bootstraps from the value after its
-        last action token."""
+        """``(advantages, returns, values)`` of one micro-batch from ``values_after`` (detached).
+
+        Policy lambda for the advantages, critic lambda for the returns; with
+        ``bootstrap_truncated`` a truncated rollout bootstraps from the value
+        after its last action token (else from 0, like a terminated one).
+        """
         cfg = self.config
         mask = mb.action_mask_BT
         v = values_before(after_BT) * mask
-        truncated = torch.tensor([rollout_list[i].truncated for i in mb.indices])
+        truncated = torch.tensor([cfg.bootstrap_truncated and rollout_list[i].truncated
+                                  for i in mb.indices])
         last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
         # V after the last action token (the full prefix through it), not V before it.
         after_last_B = after_BT.gather(1, last_B[:, None]).squeeze(1)
@@ -333,7 +344,7 @@ class Learner:
         return a, ret, v
 
     def _values_after(self, mb: MicroBatch) -> torch.Tensor:
-        """The critic's ``values_after_BT`` of a micro-batch (see :mod:`~sao_gym.learner.critic`)."""
+        """The critic's ``values_after_BT`` of a micro-batch (:mod:`~sao_gym.learner.critic`)."""
         assert self.critic is not None
         dev = self.config.device
         with self._autocast():

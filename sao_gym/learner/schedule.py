@@ -7,6 +7,8 @@ schedule exactly (the step is in every checkpoint).
 [1.0, 0.55, 0.1, 0.1]
 >>> round(lr_scale(5, 10, "cosine", 0.0), 3), lr_scale(7, None, "constant", 0.1)
 (0.5, 1.0)
+>>> [warmup_scale(s, 4) for s in (0, 1, 3, 9)]
+[0.25, 0.5, 1.0, 1.0]
 """
 
 from __future__ import annotations
@@ -31,3 +33,18 @@ def lr_scale(step: int, total_steps: int | None, schedule: str, final_ratio: flo
     progress = min(1.0, max(0, step) / total_steps)
     shape = 1.0 - progress if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return final_ratio + (1.0 - final_ratio) * shape
+
+
+def warmup_scale(step: int, warmup_steps: int) -> float:
+    """Linear warm-up factor for a model's ``step``-th update (0-based).
+
+    ``(step + 1) / warmup_steps`` up to 1, so the first update already moves
+    (at ``1 / warmup_steps`` of the rate); 1 throughout when ``warmup_steps`` is
+    0. A fresh Adam state makes every parameter's first steps about ``lr`` long
+    whatever its gradient: the warm-up keeps those first steps small.
+    """
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if warmup_steps == 0:
+        return 1.0
+    return min(1.0, (max(0, step) + 1) / warmup_steps)

@@ -109,8 +109,8 @@ def test_cli_plot_failures(tmp_path, capsys):
 
 
 def test_a_panel_repeating_another_is_left_out(tmp_path):
-    from sao_gym.plotting import figure_panels
     from sao_gym.logging import read_metrics
+    from sao_gym.plotting import figure_panels
 
     success = next(spec for spec in FIGURES if spec.filename == "success.png")
     binary = tmp_path / "binary"  # 0/1 rewards: the mean return is the success rate

@@ -74,7 +74,8 @@ def ref_critic(learner, rollouts, lam_fn):
         v = [0.0] + after[:-1]  # the value before token t is the value after token t - 1
         v = [x if m else 0.0 for x, m in zip(v, ro.loss_mask, strict=True)]
         last = max(t for t, m in enumerate(ro.loss_mask) if m)
-        boot = after[last] if ro.truncated else 0.0  # the value after the last action token
+        # the value after the last action token, when truncated rollouts bootstrap
+        boot = after[last] if ro.truncated and learner.config.bootstrap_truncated else 0.0
         rewards = [ro.reward if t == last else 0.0 for t in range(len(v))]
         a, _ = ref_gae(rewards, v, ro.loss_mask, 1.0, lam_fn(sum(ro.loss_mask)), boot)
         _, ret = ref_gae(rewards, v, ro.loss_mask, 1.0, 1.0, boot)
@@ -94,7 +95,8 @@ def _outcome_advs(rollouts, per_rollout):
 def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
     group = 4 if algorithm.startswith("grpo") else None
     cfg = LearnerConfig(lr=1e-4, critic_warmup_steps=0, critic_updates=1, group_size=4,
-                        max_tokens_per_microbatch=64)  # forces gradient accumulation
+                        max_tokens_per_microbatch=64,  # forces gradient accumulation
+                        bootstrap_truncated=algorithm == "sao")  # both ways: sao, vapo
     learner = build_learner(algorithm, tiny_model_path, cfg)
     rollouts = _batch(learner.policy, 8, seed=1, group_size=group, truncated_every=3)
     if algorithm in ("sao", "vapo"):
@@ -308,18 +310,18 @@ def _table_learner(tiny_model_path, table, **cfg):
     return Learner("sao", policy, table_critic(table), config, pad_id=tok.pad_token_id)
 
 
-@pytest.mark.parametrize("truncated", [True, False])
+@pytest.mark.parametrize("truncated, bootstrap", [(True, True), (False, True), (True, False)])
 def test_truncated_rollouts_bootstrap_from_the_value_after_the_last_action(tiny_model_path,
-                                                                            truncated):
+                                                                            truncated, bootstrap):
     # value after each token: 10 -> 0.2, 11 -> 0.5, 12 -> 1.2, 13 (an observation) -> 5.0
     learner = _table_learner(tiny_model_path, {10: 0.2, 11: 0.5, 12: 1.2, 13: 5.0},
-                             critic_updates=1)
+                             critic_updates=1, bootstrap_truncated=bootstrap)
     ro = segments_rollout([([10], False), ([11, 12], True), ([13], False)], reward=0.5,
                           truncated=truncated)
     m = learner.update([ro])
     # V_0 = V(before 11) = 0.2, V_1 = V(before 12) = 0.5; bootstrap V(after 12) = 1.2
-    # (terminated: 0); lambda = 1 - 1/(1.5 * 2) = 2/3
-    boot = 1.2 if truncated else 0.0
+    # (terminated, or truncated without bootstrap_truncated: 0); lambda = 1 - 1/(1.5 * 2) = 2/3
+    boot = 1.2 if truncated and bootstrap else 0.0
     delta1 = 0.5 + boot - 0.5
     delta0 = 0.5 - 0.2
     a1, a0 = delta1, delta0 + 2 / 3 * delta1

@@ -122,3 +122,35 @@ def test_docstring_examples():
 
     result = doctest.testmod(schedule)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_warmup_hand_values_and_errors():
+    from sao_gym.learner.schedule import warmup_scale
+
+    assert [warmup_scale(s, 5) for s in range(6)] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1, 1])
+    assert warmup_scale(-3, 5) == pytest.approx(0.2) and warmup_scale(0, 0) == 1.0
+    with pytest.raises(ValueError, match="warmup_steps"):
+        warmup_scale(0, -1)
+    with pytest.raises(ValueError, match="lr_warmup_steps"):
+        LearnerConfig(lr_warmup_steps=-1)
+
+
+def test_each_model_warms_up_from_its_own_first_update(tiny_model_path):
+    """The critic from step 0; the policy from its first update, after the critic-only steps."""
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=2, lr_warmup_steps=4,
+                        lr_schedule="linear", lr_final_ratio=0.1)
+    learner = build_learner("sao", tiny_model_path, cfg, total_steps=8)
+    rollouts = _batch(learner.policy, 4, seed=3)
+    for k in range(7):
+        m = learner.update(rollouts)
+        decay = 1.0 - 0.9 * k / 8
+        critic = 5e-3 * decay * min(1.0, (k + 1) / 4)
+        policy = 1e-3 * decay * min(1.0, (max(0, k - 2) + 1) / 4)
+        assert learner.critic_opt.param_groups[0]["lr"] == pytest.approx(critic)
+        assert learner.policy_opt.param_groups[0]["lr"] == pytest.approx(policy)
+        assert m["learner/lr"] == pytest.approx(policy)
+        assert m["learner/policy_updated"] == float(k >= 2)
+    # without a critic the policy warms up from step 0
+    grpo = build_learner("running_mean", tiny_model_path, LearnerConfig(
+        lr=1e-3, lr_warmup_steps=4))
+    assert grpo.update(rollouts)["learner/lr"] == pytest.approx(2.5e-4)

@@ -1,0 +1,735 @@
+"""TRL's GRPOTrainer against `sao-gym train` (SAO) on TRL's own kind of task, side by side.
+
+The task is TRL's textbook single-turn one: the user asks ``What is {a} {op} {b}?
+Answer with the number in <answer></answer>.`` (a, b in 1..20, op + or -: 800
+problems). A seeded shuffle (fixed, :data:`SPLIT_SEED`) sets 200 of them aside as
+the held-out set, never trained on; both trainers draw from the other 600. The
+reward is 1.0 for ``<answer>N</answer>`` with the right N, 0.1 for the tags around a
+wrong or unparseable number, 0 without the tags (:func:`score`, shared verbatim by
+both sides: the TRL runner embeds its source).
+
+One invocation, every part in sequence so each has the whole CPU:
+
+1. **Warm start** (``OUT/warm``): a random 4.2M-parameter Qwen2
+   (:func:`sao_gym.models.tiny_model`, 256 wide, 4 layers, seed ``--seed``, the
+   default ChatML template) is fine-tuned on oracle demonstrations
+   ``<answer>{result}</answer>`` of training problems
+   (:func:`~sao_gym.runtime.warmstart.collect_demonstrations` and
+   :func:`~sao_gym.runtime.warmstart.sft`), stopping once its teacher-forced greedy
+   success on held-out demonstrations reaches 25%. Its real greedy accuracy on all
+   200 held-out problems (:func:`evaluate_greedy`: HF ``generate``, greedy, 40 new
+   tokens) is the "before" of both sides.
+2. **Learning-rate sweep** (``OUT/runs/sweep-*``): each lr of ``--lrs-trl`` and of
+   ``--lrs-sao`` trains ``--sweep-minutes`` from the warm checkpoint; each side
+   keeps the lr whose run ends with the best greedy held-out accuracy (ties: the
+   first). ``--sweep-minutes 0`` skips it and takes the first lr of each list.
+3. **Final runs** (``OUT/runs/final-*``): each side trains ``--minutes`` of wall
+   clock with its lr from the same warm checkpoint; then greedy held-out accuracy
+   again.
+4. **Report**: ``OUT/results.json`` and ``OUT/table.md`` (also printed): per side the
+   lr, learner steps, completions/s and generated tokens/s over the training loop,
+   peak RSS of the training process, greedy held-out accuracy before -> after and
+   the gain; and the two targets: SAO's gain minus TRL's (>= +10 points) and SAO's
+   completions/s over TRL's (>= 0.75).
+
+The two sides, on the same footing: both sample at temperature 1 from the full
+softmax (no top-k or top-p), at most 40 new tokens, 64 completions per learner step,
+fp32 on the CPU, constant learning rate, gradient clipping at 1.0, the same prompt
+tokens (both render the ChatML template with no tools), the same torch thread
+count (``--threads``, else the environment's ``OMP_NUM_THREADS``, else torch's
+default). Each trains in its own process (so peak RSS is its own), and the clock
+runs from the start of its training loop (model loading excluded) until the first
+learner step that ends past the budget.
+
+- **TRL**: ``GRPOTrainer`` from ``trl==1.16.0`` in a scratch venv (``--trl-venv``,
+  default ``~/.cache/sao-gym/trl-venv``, created once: torch 2.13.0 first, then
+  trl, whose dependencies bring transformers). ``num_generations=8`` and
+  ``per_device_train_batch_size=64``: one step is 8 prompts x 8 completions;
+  ``beta=0`` (no reference model), TRL's default loss (``dapo``), no activation
+  checkpointing (TRL turns it on by default; a 4M model needs no memory saving, and
+  it would only slow TRL down), a ``TrainerCallback`` stops training when the
+  budget is spent. Generated tokens are counted in the reward function from
+  ``completion_ids`` (end-of-turn token included, as on the SAO side).
+- **SAO**: ``sao-gym train``'s trainer built in-process
+  (:func:`sao_gym.runtime.build.build_trainer`) from a config file written to the
+  run directory (``sao.yaml``): algorithm sao, mode async, batch 64 single rollouts,
+  64 concurrent episodes, warm start none, no evaluation episodes (the greedy
+  evaluation here replaces it), critic warm-up 0; a metric sink stops the trainer
+  once the budget is spent (the trainer then checkpoints). The environment is
+  ``vs_trl/Arith-v0`` (:class:`ArithEnv`, defined and registered below), named
+  ``vs_trl:vs_trl/Arith-v0`` so that any process with ``benchmarks/`` on its
+  ``PYTHONPATH`` (``sao-gym train``, ``sao-gym check``) finds it.
+
+Every finished part (warm start, each sweep run, each final run) leaves its
+``result.json`` and is not redone when the command runs again; an unfinished run is
+started over. Logs of the training processes: ``OUT/logs/``.
+
+Run (on a quiet machine: the warm start takes at most ``--warm-max-steps`` (4,000)
+supervised steps of 0.4-0.8 s each, then come 4 x 3 minutes of sweep and 2 x 10
+minutes of final runs, each with a few seconds of set-up and evaluation)::
+
+    .venv/bin/python benchmarks/vs_trl.py --out runs/vs-trl
+
+A quick smoke of every part (numbers meaningless)::
+
+    .venv/bin/python benchmarks/vs_trl.py --out /tmp/vs-trl-smoke --minutes 0.3 --sweep-minutes 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import inspect
+import json
+import logging
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+
+import sao_gym
+from sao_gym.core import StepResult
+
+HERE = Path(__file__).resolve().parent
+ENV_ID = "vs_trl/Arith-v0"
+ENV_MODULE = "vs_trl"
+QUALIFIED_ENV_ID = f"{ENV_MODULE}:{ENV_ID}"
+"""The id training uses: importing ``vs_trl`` (this file) registers :data:`ENV_ID`."""
+
+OPERATORS = ("+", "-")
+OPERANDS = range(1, 21)
+HELDOUT_SIZE = 200
+SPLIT_SEED = 20_240_601
+"""Seeds the shuffle that sets the held-out problems aside (fixed for every run)."""
+PROMPT = "What is {a} {op} {b}? Answer with the number in <answer></answer>."
+SPLITS = ("train", "heldout")
+
+MAX_NEW_TOKENS = 40
+GENERATIONS = 8
+"""TRL completions per prompt; the SAO batch holds the same 64 completions per step."""
+BATCH = 64
+TRL_VERSION, TORCH_VERSION = "1.16.0", "2.13.0"
+DEFAULT_VENV = Path.home() / ".cache" / "sao-gym" / "trl-venv"
+
+WARM = {"episodes": 2400, "holdout_episodes": 128, "lr": 2e-3, "batch_size": 32,
+        "target_success": 0.25, "check_every": 10}
+"""The supervised warm start (``--warm-max-steps`` caps its steps)."""
+
+TARGET_GAIN_POINTS = 10.0
+TARGET_THROUGHPUT_RATIO = 0.75
+
+
+# ---------------------------------------------------------------------------
+# the task and its environment
+# ---------------------------------------------------------------------------
+
+
+def score(text: str, answer: str) -> float:
+    """1.0: the first <answer>...</answer> holds the right integer; 0.1: tags, wrong; 0: none."""
+    start = text.find("<answer>")
+    end = text.find("</answer>", start + 8) if start >= 0 else -1
+    if end < 0:
+        return 0.0
+    given = text[start + 8:end].strip()
+    digits = given[1:] if given[:1] in ("+", "-") else given
+    if digits.isascii() and digits.isdigit() and len(digits) <= 6 and int(given) == int(answer):
+        return 1.0
+    return 0.1
+
+
+def make_task(a: int, op: str, b: int) -> dict[str, Any]:
+    """The task dict of one problem: id, prompt, answer (a string) and its operands."""
+    if op not in OPERATORS or a not in OPERANDS or b not in OPERANDS:
+        raise ValueError(f"a task is a, op, b with a and b in 1..20 and op in {OPERATORS}; "
+                         f"got {a!r} {op!r} {b!r}")
+    result = a + b if op == "+" else a - b
+    return {"id": f"{a}{op}{b}", "a": a, "op": op, "b": b,
+            "prompt": PROMPT.format(a=a, op=op, b=b), "answer": str(result)}
+
+
+@functools.lru_cache(maxsize=1)
+def _splits() -> dict[str, tuple[tuple[int, str, int], ...]]:
+    problems = [(a, op, b) for a in OPERANDS for op in OPERATORS for b in OPERANDS]
+    random.Random(SPLIT_SEED).shuffle(problems)
+    return {"heldout": tuple(problems[:HELDOUT_SIZE]), "train": tuple(problems[HELDOUT_SIZE:])}
+
+
+def split_tasks(split: str) -> list[dict[str, Any]]:
+    """The tasks of ``split`` ("train": 600, "heldout": 200), in a fixed order."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return [make_task(*p) for p in _splits()[split]]
+
+
+class ArithEnv(sao_gym.AgentEnv):
+    """One question, one answer: the first assistant turn ends the episode with its reward.
+
+    Tasks are drawn from ``split`` ("train" or "heldout", also a reset option) with
+    ``self.np_random``; ``options={"task": {"a": 3, "op": "+", "b": 4}}`` fixes one.
+    No tools: the prompt renders as plain chat.
+    """
+
+    def __init__(self, split: str = "train"):
+        super().__init__()
+        split_tasks(split)  # validates
+        self.split = split
+
+    async def on_reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
+        if "task" in options:
+            task = options["task"]
+            if not isinstance(task, dict) or not {"a", "op", "b"} <= set(task):
+                raise ValueError('options["task"] must be a dict with "a", "op" and "b"')
+            self.task = make_task(task["a"], task["op"], task["b"])
+        else:
+            tasks = split_tasks(str(options.get("split", self.split)))
+            self.task = tasks[int(self.np_random.integers(len(tasks)))]
+        return [{"role": "user", "content": self.task["prompt"]}], {"task_id": self.task["id"]}
+
+    async def on_step(self, action: dict[str, Any]) -> StepResult:
+        assert self.task is not None
+        content = action.get("content")
+        reward = score(content if isinstance(content, str) else "", self.task["answer"])
+        verdict = "Correct." if reward == 1.0 else "Wrong."
+        return [{"role": "user", "content": verdict}], reward, True, False, {
+            "correct": reward == 1.0}
+
+
+def answer_oracle(messages: Any, task: Any) -> str:
+    """The demonstration of a task: the right answer in its tags."""
+    return f"<answer>{task['answer']}</answer>"
+
+
+if ENV_ID not in gymnasium.registry:  # this file may run as __main__ and be imported as vs_trl
+    sao_gym.register(ENV_ID, f"{ENV_MODULE}:ArithEnv", max_episode_steps=1)
+
+
+# ---------------------------------------------------------------------------
+# small helpers
+# ---------------------------------------------------------------------------
+
+
+def say(text: str) -> None:
+    print(time.strftime("%H:%M:%S ") + text, flush=True)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident size of this process (and of its waited-for children), in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) / 1024, 1)
+
+
+def child_env(threads: int | None) -> dict[str, str]:
+    """The environment of a training process: thread count, offline, benchmarks/ importable."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+           "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+    """Run ``cmd`` with its output appended to ``log``; fail with a message naming the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{what} failed (exit code {done.returncode}); full log: {log}\n"
+                         f"--- last lines ---\n{tail}")
+
+
+# ---------------------------------------------------------------------------
+# greedy evaluation
+# ---------------------------------------------------------------------------
+
+
+def evaluate_greedy(model_dir: str | Path) -> dict[str, Any]:
+    """Greedy accuracy of a checkpoint on the 200 held-out problems (HF ``generate``).
+
+    Prompts are rendered as the agent renders them (the checkpoint's chat template,
+    no tools, generation prompt) and batched by length (no padding); each completion
+    is cut at the first end-of-turn token and scored with :func:`score`.
+    """
+    import torch
+
+    from sao_gym.models import load_policy
+
+    model, tokenizer = load_policy(model_dir)
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    groups: dict[int, list[tuple[list[int], dict]]] = defaultdict(list)
+    for task in split_tasks("heldout"):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": task["prompt"]}],
+                                             add_generation_prompt=True, tokenize=False)
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        groups[len(ids)].append((ids, task))
+    rewards, samples = [], []
+    with torch.inference_mode():
+        for group in groups.values():
+            ids = torch.tensor([g[0] for g in group])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                 do_sample=False, max_new_tokens=MAX_NEW_TOKENS,
+                                 eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+            for row, (_, task) in zip(out[:, ids.shape[1]:].tolist(), group, strict=True):
+                row = row[:row.index(eos)] if eos in row else row
+                text = tokenizer.decode(row, skip_special_tokens=False)
+                rewards.append(score(text, task["answer"]))
+                if len(samples) < 5:
+                    samples.append({"prompt": task["prompt"], "completion": text})
+    n = len(rewards)
+    return {"model": str(model_dir), "episodes": n,
+            "accuracy": sum(r == 1.0 for r in rewards) / n,
+            "tagged": sum(r > 0 for r in rewards) / n,
+            "mean_reward": sum(rewards) / n, "samples": samples}
+
+
+def cached_eval(model_dir: str | Path, path: Path) -> dict[str, Any]:
+    """:func:`evaluate_greedy`, kept in ``path``."""
+    if not path.exists():
+        write_json(path, evaluate_greedy(model_dir))
+    return read_json(path)
+
+
+# ---------------------------------------------------------------------------
+# warm start
+# ---------------------------------------------------------------------------
+
+
+def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
+    """The shared warm checkpoint (``OUT/warm/model``) and its greedy held-out accuracy."""
+    part = out / "warm"
+    if (part / "result.json").exists():
+        return read_json(part / "result.json")
+    from transformers import AutoTokenizer
+
+    from sao_gym.models import tiny_model
+    from sao_gym.runtime.warmstart import SFTStep, collect_demonstrations, sft
+
+    base = tiny_model(part / "base", hidden_size=256, num_layers=4, seed=seed)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+
+    def demos(split: str, episodes: int, first_seed: int) -> list:
+        return collect_demonstrations(
+            QUALIFIED_ENV_ID, tokenizer, answer_oracle, episodes=episodes, seed=first_seed,
+            env_kwargs={"split": split}, max_new_tokens=MAX_NEW_TOKENS, max_context_tokens=512)
+
+    train = demos("train", WARM["episodes"], 10_000_000 + seed)
+    holdout = demos("heldout", WARM["holdout_episodes"], 20_000_000 + seed)
+    say(f"warm start: {len(train)} demonstrations of training problems, at most {max_steps} "
+        f"steps, until teacher-forced greedy held-out success >= {WARM['target_success']}")
+    last: dict[str, Any] = {}
+
+    def progress(s: SFTStep) -> None:
+        last.update(steps=s.step, loss=s.loss, holdout_greedy=s.holdout_greedy)
+        if s.step % 100 == 0 or (s.holdout_success or 0) >= WARM["target_success"]:
+            say(f"  sft step {s.step}: loss {s.loss:.3f}, token accuracy {s.token_accuracy:.3f}"
+                f", held-out greedy {s.holdout_greedy} ({s.elapsed_s:.0f} s)")
+
+    start = time.monotonic()
+    model = sft(base, train, out_dir=part / "model", steps=max_steps, lr=WARM["lr"],
+                batch_size=WARM["batch_size"], warmup_steps=min(100, max_steps // 20),
+                seed=seed, log_every=0, callback=progress, holdout=holdout,
+                target_success=WARM["target_success"], target_metric="greedy",
+                check_every=WARM["check_every"])
+    if (last.get("holdout_greedy") or 0.0) < WARM["target_success"]:
+        say(f"warm start: the target was not reached in {max_steps} steps (held-out greedy "
+            f"{last.get('holdout_greedy')}); going on from there (--warm-max-steps raises it)")
+    result = {"model": model, "sft_seconds": round(time.monotonic() - start, 1), **last,
+              "eval": evaluate_greedy(model)}
+    write_json(part / "result.json", result)
+    return result
+
+
+# ---------------------------------------------------------------------------
+# the SAO side (a worker process: this file with --sao-worker SPEC)
+# ---------------------------------------------------------------------------
+
+
+def sao_config(spec: dict[str, Any]) -> dict[str, Any]:
+    """The `sao-gym train` config of a run (written to RUN_DIR/sao.yaml)."""
+    return {
+        "algorithm": "sao", "mode": "async", "env": QUALIFIED_ENV_ID,
+        "env_kwargs": {"split": "train"}, "model": spec["model"],
+        "total_steps": 1_000_000,  # a stop condition only: the budget ends the run
+        "seed": spec["seed"],
+        "rollout": {"batch_size": BATCH, "group_size": 1, "concurrency": BATCH,
+                    "max_new_tokens": MAX_NEW_TOKENS, "temperature": 1.0,
+                    "max_context_tokens": 512},
+        "inference": {"backend": "hf", "max_batch_size": BATCH},
+        "learner": {"lr": spec["lr"], "critic_warmup_steps": 0, "seed": spec["seed"]},
+        "warm_start": None,
+        "eval": {"episodes": 0},
+        "checkpoint": {"every": 0, "keep": 1},
+        "logging": {"loggers": "jsonl"},
+    }
+
+
+class _Deadline:
+    """A metric sink: records each step's mean reward, stops the trainer past the budget."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.trainer, self.start = seconds, None, time.monotonic()
+        self.rewards: list[float] = []
+
+    def log(self, step: int, metrics: Any) -> None:
+        self.rewards.append(round(float(metrics.get("rollout/return_mean", 0.0)), 4))
+        elapsed = time.monotonic() - self.start
+        if step % 10 == 0 or elapsed >= self.seconds:
+            say(f"sao step {step}: mean reward {self.rewards[-1]:.3f}, {elapsed:.0f} s")
+        if elapsed >= self.seconds and self.trainer is not None:
+            self.trainer.request_stop()
+
+    def close(self) -> None:
+        pass
+
+
+def sao_worker(spec_path: Path) -> None:
+    """Train SAO for the spec's wall-clock budget; write RUN_DIR/train.json."""
+    import yaml
+
+    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.config import load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    spec = read_json(spec_path)
+    run_dir = Path(spec["run_dir"])
+    (run_dir / "sao.yaml").write_text(yaml.safe_dump(sao_config(spec), sort_keys=False))
+    config = load_config(run_dir / "sao.yaml")
+    deadline = _Deadline(spec["seconds"])
+    trainer = build_trainer(config, run_dir, policy_path=spec["model"], sinks=[deadline])
+    deadline.trainer = trainer
+    deadline.start = time.monotonic()
+    last = trainer.run()
+    if last is None:
+        raise SystemExit("the SAO run ended without a checkpoint")
+    counters = trainer.source.counters
+    write_json(run_dir / "train.json", {
+        "steps": trainer.learner.steps_done, "completions": counters.delivered,
+        "generated_tokens": counters.action_tokens, "wall_s": round(trainer.loop_seconds, 2),
+        "peak_rss_mb": peak_rss_mb(), "policy": str(last / "policy"),
+        "train_rewards": deadline.rewards, "torch_threads": _torch_threads()})
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def train_sao(spec: dict[str, Any], log: Path, threads: int | None) -> None:
+    spec_path = Path(spec["run_dir"]) / "spec.json"
+    write_json(spec_path, spec)
+    run_logged([sys.executable, str(Path(__file__).resolve()), "--sao-worker", str(spec_path)],
+               log, child_env(threads), "the SAO training run")
+
+
+# ---------------------------------------------------------------------------
+# the TRL side (a runner script in the TRL venv)
+# ---------------------------------------------------------------------------
+
+TRL_RUNNER = '''\
+"""The TRL side of benchmarks/vs_trl.py (written by it; runs in the TRL venv): SPEC.json."""
+import json
+import resource
+import sys
+import time
+
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+# @SCORE@
+
+
+class Budget(TrainerCallback):
+    """Stops training at the end of the first step past the wall-clock budget."""
+
+    def __init__(self, seconds):
+        self.seconds, self.start, self.end = seconds, None, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= self.seconds:
+            control.should_training_stop = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.end = time.monotonic()
+
+
+def main(spec_path):
+    with open(spec_path) as f:
+        spec = json.load(f)
+    counts = {"completions": 0, "tokens": 0}
+
+    def answer_reward(completions, answer, completion_ids=None, **kwargs):
+        counts["completions"] += len(completions)
+        counts["tokens"] += sum(len(ids) for ids in completion_ids)
+        return [score(c[0]["content"], a) for c, a in zip(completions, answer)]
+
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    data = Dataset.from_list([
+        {"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
+        for t in spec["tasks"]])
+    config = GRPOConfig(
+        output_dir=spec["run_dir"] + "/trl_out", learning_rate=spec["lr"],
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=1_000_000,
+        per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=1,
+        num_generations=spec["generations"], max_completion_length=spec["max_new_tokens"],
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, max_grad_norm=1.0,
+        activation_checkpointing=False, use_cpu=True, bf16=False, fp16=False,
+        report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True,
+        dataloader_num_workers=0, seed=spec["seed"])
+    budget = Budget(spec["seconds"])
+    trainer = GRPOTrainer(model=model, reward_funcs=answer_reward, args=config,
+                          train_dataset=data, processing_class=tokenizer, callbacks=[budget])
+    trainer.train()
+    trainer.save_model(spec["run_dir"] + "/policy")
+    history = trainer.state.log_history
+    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    result = {
+        "steps": trainer.state.global_step, "completions": counts["completions"],
+        "generated_tokens": counts["tokens"], "wall_s": round(budget.end - budget.start, 2),
+        "peak_rss_mb": round(rss / 1024, 1), "policy": spec["run_dir"] + "/policy",
+        "train_rewards": [round(h["reward"], 4) for h in history if "reward" in h],
+        "mean_length_logged": [h["completions/mean_length"] for h in history
+                               if "completions/mean_length" in h],
+        "torch_threads": torch.get_num_threads(),
+    }
+    with open(spec["run_dir"] + "/train.json", "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+'''
+
+
+def trl_runner_source() -> str:
+    """The runner, with :func:`score`'s source pasted in (the reward is the env's, exactly)."""
+    return TRL_RUNNER.replace("# @SCORE@", inspect.getsource(score).rstrip())
+
+
+def _trl_ready(python: Path) -> bool:
+    if not python.exists():
+        return False
+    probe = "import torch, trl; print(trl.__version__, torch.__version__.split('+')[0])"
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                          check=False)
+    return done.returncode == 0 and done.stdout.split() == [TRL_VERSION, TORCH_VERSION]
+
+
+def ensure_trl_venv(venv: Path, log: Path) -> Path:
+    """The TRL venv's python: ``python3 -m venv``, then torch, then trl (once)."""
+    python = venv / "bin" / "python"
+    if _trl_ready(python):
+        return python
+    say(f"creating the TRL venv {venv} (takes a few minutes; pip's output: {log})")
+    base = shutil.which("python3") or sys.executable
+    pip = str(venv / "bin" / "pip")
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # torch first: with torch already there, trl does not pull a CUDA build of it.
+    for cmd, what in (([base, "-m", "venv", str(venv)], f"creating the venv {venv}"),
+                      ([pip, "install", f"torch=={TORCH_VERSION}"], f"pip install torch in {venv}"),
+                      ([pip, "install", f"trl=={TRL_VERSION}"], f"pip install trl in {venv}")):
+        run_logged(cmd, log, env, what)
+    if not _trl_ready(python):
+        raise SystemExit(f"{venv} was set up but does not import trl {TRL_VERSION} with torch "
+                         f"{TORCH_VERSION}; remove it and retry (pip's output: {log})")
+    return python
+
+
+def train_trl(spec: dict[str, Any], log: Path, threads: int | None, python: Path) -> None:
+    run_dir = Path(spec["run_dir"])
+    runner = run_dir / "trl_runner.py"
+    runner.write_text(trl_runner_source())
+    spec = {**spec, "tasks": split_tasks("train"), "batch": BATCH, "generations": GENERATIONS,
+            "max_new_tokens": MAX_NEW_TOKENS}
+    write_json(run_dir / "spec.json", spec)
+    run_logged([str(python), str(runner), str(run_dir / "spec.json")], log, child_env(threads),
+               "the TRL training run")
+
+
+# ---------------------------------------------------------------------------
+# runs, sweep, report
+# ---------------------------------------------------------------------------
+
+
+def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes: float,
+             warm: dict[str, Any], python: Path | None) -> dict[str, Any]:
+    """One training run of ``side`` ("trl" or "sao") and its greedy held-out accuracy."""
+    name = f"{phase}-{side}-lr{lr:g}"
+    run_dir = args.out / "runs" / name
+    if (run_dir / "result.json").exists():
+        return read_json(run_dir / "result.json")
+    if not (run_dir / "train.json").exists():
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # an unfinished run starts over
+        run_dir.mkdir(parents=True)
+        say(f"{name}: training {minutes:g} min from the warm checkpoint")
+        spec = {"run_dir": str(run_dir), "model": warm["model"], "lr": lr,
+                "seconds": minutes * 60, "seed": args.seed}
+        log = args.out / "logs" / f"{name}.log"
+        if side == "sao":
+            train_sao(spec, log, args.threads)
+        else:
+            assert python is not None
+            train_trl(spec, log, args.threads, python)
+    train = read_json(run_dir / "train.json")
+    after = cached_eval(train["policy"], run_dir / "eval.json")
+    before = warm["eval"]["accuracy"]
+    wall = max(train["wall_s"], 1e-9)
+    result = {"name": name, "side": side, "phase": phase, "lr": lr, "minutes": minutes,
+              **{k: train[k] for k in ("steps", "completions", "generated_tokens", "wall_s",
+                                       "peak_rss_mb", "policy", "torch_threads")},
+              "completions_per_s": round(train["completions"] / wall, 3),
+              "tokens_per_s": round(train["generated_tokens"] / wall, 2),
+              "accuracy_before": before, "accuracy_after": after["accuracy"],
+              "gain_points": round(100 * (after["accuracy"] - before), 2),
+              "train_rewards_first_last": _first_last(train["train_rewards"])}
+    write_json(run_dir / "result.json", result)
+    say(f"{name}: {result['steps']} steps, {result['completions_per_s']:.2f} completions/s, "
+        f"greedy held-out accuracy {100 * before:.1f}% -> {100 * after['accuracy']:.1f}%")
+    return result
+
+
+def _first_last(values: list[float], n: int = 5) -> list[float | None]:
+    """Mean of the first and of the last ``n`` values (None when empty)."""
+    if not values:
+        return [None, None]
+    head, tail = values[:n], values[-n:]
+    return [round(sum(head) / len(head), 4), round(sum(tail) / len(tail), 4)]
+
+
+def choose_lr(args: argparse.Namespace, side: str, lrs: list[float], warm: dict[str, Any],
+              python: Path | None) -> tuple[float, list[dict[str, Any]]]:
+    """The lr whose sweep run ends most accurate (the first lr without a sweep)."""
+    if args.sweep_minutes <= 0:
+        return lrs[0], []
+    runs = [run_part(args, side, "sweep", lr, args.sweep_minutes, warm, python) for lr in lrs]
+    best = max(range(len(runs)), key=lambda i: (runs[i]["accuracy_after"], -i))
+    return lrs[best], runs
+
+
+ROWS = [("lr", "lr", "{:g}"), ("learner steps", "steps", "{}"),
+        ("training wall time (s)", "wall_s", "{:.0f}"),
+        ("completions/s", "completions_per_s", "{:.2f}"),
+        ("generated tokens/s", "tokens_per_s", "{:.1f}"),
+        ("peak RSS (MB)", "peak_rss_mb", "{:.0f}")]
+
+
+def table(trl: dict[str, Any], sao: dict[str, Any], targets: dict[str, Any],
+          sweep: list[dict[str, Any]]) -> str:
+    """The report as Markdown."""
+    lines = ["| | TRL GRPOTrainer | sao-gym train (SAO) |", "|---|---|---|"]
+    for label, key, fmt in ROWS:
+        lines.append(f"| {label} | {fmt.format(trl[key])} | {fmt.format(sao[key])} |")
+    acc = [f"{100 * r['accuracy_before']:.1f}% -> {100 * r['accuracy_after']:.1f}%"
+           for r in (trl, sao)]
+    lines.append(f"| greedy held-out accuracy | {acc[0]} | {acc[1]} |")
+    lines.append(f"| gain (points) | {trl['gain_points']:+.1f} | {sao['gain_points']:+.1f} |")
+    lines += ["", "| target | value | goal | met |", "|---|---|---|---|",
+              f"| SAO gain - TRL gain (points) | {targets['gain_difference_points']:+.1f} | "
+              f">= +{TARGET_GAIN_POINTS:g} | {'yes' if targets['gain_met'] else 'no'} |",
+              f"| SAO completions/s / TRL completions/s | {targets['throughput_ratio']:.2f} | "
+              f">= {TARGET_THROUGHPUT_RATIO:g} | {'yes' if targets['throughput_met'] else 'no'} |"]
+    if sweep:
+        lines += ["", "Learning-rate sweep (greedy held-out accuracy after the sweep run):", "",
+                  "| side | lr | steps | completions/s | accuracy after |", "|---|---|---|---|---|"]
+        lines += [f"| {r['side']} | {r['lr']:g} | {r['steps']} | {r['completions_per_s']:.2f} | "
+                  f"{100 * r['accuracy_after']:.1f}% |" for r in sweep]
+    return "\n".join(lines) + "\n"
+
+
+def report(args: argparse.Namespace, warm: dict[str, Any], trl: dict[str, Any],
+           sao: dict[str, Any], sweep: list[dict[str, Any]]) -> None:
+    gain = round(sao["gain_points"] - trl["gain_points"], 2)
+    ratio = round(sao["completions_per_s"] / max(trl["completions_per_s"], 1e-9), 3)
+    targets = {"gain_difference_points": gain, "gain_met": gain >= TARGET_GAIN_POINTS,
+               "throughput_ratio": ratio, "throughput_met": ratio >= TARGET_THROUGHPUT_RATIO}
+    text = table(trl, sao, targets, sweep)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    write_json(args.out / "results.json", {
+        "settings": settings, "warm_start": {k: v for k, v in warm.items() if k != "eval"},
+        "accuracy_before": warm["eval"]["accuracy"], "trl": trl, "sao": sao,
+        "targets": targets, "sweep": sweep})
+    (args.out / "table.md").write_text(text)
+    print("\n" + text, flush=True)
+    say(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True, help="where every part and the report go")
+    p.add_argument("--seed", type=int, default=0, help="model, warm start and both trainers")
+    p.add_argument("--minutes", type=float, default=10.0, help="training time of each final run")
+    p.add_argument("--sweep-minutes", type=float, default=3.0,
+                   help="training time of each sweep run (0: no sweep, first lr of each list)")
+    p.add_argument("--lrs-trl", type=float, nargs="+", default=[2e-5, 1e-4])
+    p.add_argument("--lrs-sao", type=float, nargs="+", default=[2e-5, 1e-4])
+    p.add_argument("--trl-venv", type=Path, default=DEFAULT_VENV,
+                   help="scratch venv with trl (created when missing)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OMP_NUM_THREADS of both training processes (default: inherited)")
+    p.add_argument("--warm-max-steps", type=int, default=4000,
+                   help="most supervised warm-start steps")
+    args = p.parse_args(argv)
+    if args.minutes <= 0 or args.sweep_minutes < 0:
+        p.error("--minutes must be > 0 and --sweep-minutes >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--sao-worker"] and len(argv) == 2:
+        sao_worker(Path(argv[1]))
+        return
+    args = parse_args(argv)
+    args.out = args.out.resolve()
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' weight bars
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))  # so that "vs_trl:..." imports this file
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
+    python = ensure_trl_venv(args.trl_venv.expanduser(), args.out / "logs" / "trl-venv.log")
+    warm = warm_start(args.out, args.seed, args.warm_max_steps)
+    say(f"warm checkpoint {warm['model']}: greedy held-out accuracy "
+        f"{100 * warm['eval']['accuracy']:.1f}% ({warm.get('steps')} sft steps)")
+    lr_trl, sweep_trl = choose_lr(args, "trl", args.lrs_trl, warm, python)
+    lr_sao, sweep_sao = choose_lr(args, "sao", args.lrs_sao, warm, None)
+    trl = run_part(args, "trl", "final", lr_trl, args.minutes, warm, python)
+    sao = run_part(args, "sao", "final", lr_sao, args.minutes, warm, None)
+    report(args, warm, trl, sao, sweep_trl + sweep_sao)
+
+
+if __name__ == "__main__":
+    main()

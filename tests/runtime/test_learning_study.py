@@ -1,0 +1,69 @@
+"""benchmarks/learning_study.py: its table, steps-to-threshold and resume rules (no training)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def study():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("learning_study")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _fake_run(run: Path, successes: list[float], start: float, final: float) -> None:
+    run.mkdir(parents=True)
+    with (run / "metrics.jsonl").open("w") as f:
+        for step, s in enumerate(successes, 1):
+            f.write(json.dumps({"step": step, "rollout/success_rate": s,
+                                "time/elapsed_s": 60.0 * step}) + "\n")
+    (run / "eval_before.json").write_text(json.dumps({"success_rate": start}))
+    (run / "eval_after.json").write_text(json.dumps({"success_rate": final}))
+
+
+def test_steps_to_threshold_reads_the_smoothed_success(study):
+    # EMA 0.9 of 0, 1, 1, ...: 0, 0.1, 0.19, 0.271, ...: 1 - 0.9^(n-1) reaches 0.5 at n = 8
+    records = [{"step": n, "rollout/success_rate": 0.0 if n == 1 else 1.0} for n in range(1, 20)]
+    assert study.steps_to(records, 0.5) == 8
+    assert study.steps_to(records, 0.99) is None
+
+
+def test_report_tables_mean_and_spread_over_seeds(study, tmp_path):
+    name = "SAO"
+    for seed, (start, final) in enumerate([(0.1, 0.5), (0.2, 0.7)]):
+        _fake_run(tmp_path / "runs" / study.slug(name) / f"seed{seed}", [0.0] + [1.0] * 9,
+                  start, final)
+    summary = study.row_summary(tmp_path, name, [0, 1, 2], threshold=0.5)
+    assert summary["seeds_done"] == 2 and summary["final"] == [0.5, 0.7]
+    assert summary["steps_to_threshold"] == [8, 8] and summary["wall_min"] == [10.0, 10.0]
+    text = study.table([summary], 0.5, "10 steps")
+    row = text.splitlines()[-1]
+    # mean +- sample sd: start 0.15 +- 0.071, final 0.6 +- 0.141, gain 0.45 +- 0.071
+    assert row == ("| SAO | 2 | 0.150 ± 0.071 | 0.600 ± 0.141 | 0.450 ± 0.071 | 8, 8 | 10.0 |")
+
+
+def test_finished_runs_are_kept_and_the_recipe_is_pinned(study, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(study, "sao_gym", lambda args, logfile: calls.append(args))
+    done = tmp_path / "runs" / study.slug("SAO") / "seed0"
+    _fake_run(done, [0.5], 0.1, 0.2)
+    (tmp_path / "logs").mkdir()
+    assert study.train(tmp_path, tmp_path / "warm", "SAO", [], 0, 10) == done
+    assert calls == []  # finished: not run again
+    partial = tmp_path / "runs" / study.slug("SAO") / "seed1" / "checkpoints" / "step_0000005"
+    partial.mkdir(parents=True)
+    study.train(tmp_path, tmp_path / "warm", "SAO", [], 1, 10)
+    assert calls == [["train", "--resume", str(partial.parents[1])]]
+    (tmp_path / "study.yaml").write_text("algorithm: grpo\n")
+    with pytest.raises(SystemExit, match="differs from this script's STUDY"):
+        study.main(["--out", str(tmp_path), "--report"])

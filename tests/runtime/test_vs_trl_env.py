@@ -1,0 +1,87 @@
+"""The environment of benchmarks/vs_trl.py: rewards, splits, the checker (no TRL, no training)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+import sao_gym
+from sao_gym.utils.env_checker import check_agent_env
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def vs_trl():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield importlib.import_module("vs_trl")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _reward(vs_trl, text: str, task: dict) -> tuple[float, bool]:
+    env = sao_gym.make(vs_trl.QUALIFIED_ENV_ID)
+    obs, _ = env.reset(seed=0, options={"task": task})
+    assert obs == [{"role": "user", "content": vs_trl.PROMPT.format(**task)}]
+    _, reward, terminated, truncated, _ = env.step(text)
+    env.close()
+    return reward, terminated and not truncated
+
+
+def test_importing_registers_the_env(vs_trl):
+    assert vs_trl.ENV_ID in sao_gym.env_ids()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("<answer>-4</answer>", 1.0),
+    ("The answer is <answer> -4 </answer>.", 1.0),
+    ("<answer>5</answer>", 0.1),
+    ("<answer>minus four</answer>", 0.1),
+    ("<answer></answer>", 0.1),
+    ("-4", 0.0),
+    ("<answer>-4", 0.0),
+    ("", 0.0),
+])
+def test_rewards(vs_trl, text, expected):
+    reward, ended = _reward(vs_trl, text, {"a": 3, "op": "-", "b": 7})
+    assert reward == expected
+    assert ended  # single turn: the first reply ends the episode
+
+
+def test_first_answer_counts(vs_trl):
+    assert vs_trl.score("<answer>1</answer><answer>10</answer>", "10") == 0.1
+    assert vs_trl.score("<answer>10</answer><answer>1</answer>", "10") == 1.0
+
+
+def test_splits_are_disjoint_and_fixed(vs_trl):
+    train, heldout = vs_trl.split_tasks("train"), vs_trl.split_tasks("heldout")
+    assert (len(train), len(heldout)) == (600, 200)
+    ids = {t["id"] for t in train} | {t["id"] for t in heldout}
+    assert len(ids) == 800
+    assert [t["id"] for t in heldout] == [t["id"] for t in vs_trl.split_tasks("heldout")]
+    with pytest.raises(ValueError, match="split must be one of"):
+        vs_trl.split_tasks("test")
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_reset_draws_from_its_split(vs_trl, split):
+    allowed = {t["id"] for t in vs_trl.split_tasks(split)}
+    env = sao_gym.make(vs_trl.ENV_ID, split=split)
+    drawn = set()
+    for seed in range(100):
+        env.reset(seed=seed)
+        task = env.unwrapped.task
+        assert task["id"] in allowed
+        assert task["answer"] == str(task["a"] + task["b"] if task["op"] == "+"
+                                     else task["a"] - task["b"])
+        drawn.add(task["id"])
+    env.close()
+    assert len(drawn) > 50
+
+
+def test_passes_the_checker(vs_trl):
+    assert len(check_agent_env(sao_gym.make(vs_trl.QUALIFIED_ENV_ID))) == 7
