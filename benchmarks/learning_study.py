@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=STUDY["total_steps"])
     p.add_argument("--long-steps", type=int, default=1000, help="0: skip the long runs")
     p.add_argument("--parallel", type=int, default=2)
-    p.add_argument("--threshold", type=float, default=0.6,
+    p.add_argument("--threshold", type=float, default=0.25,
                    help="training success for the steps-to-threshold column")
     p.add_argument("--report", action="store_true", help="only write the table and plots")
     args = p.parse_args(argv)

@@ -397,9 +397,9 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     seen = {}
 
     def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback,
-                 label_smoothing, holdout, target_success):
+                 label_smoothing, holdout, target_success, target_metric):
         seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                    holdout=holdout, target=target_success)
+                    holdout=holdout, target=target_success, metric=target_metric)
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
@@ -407,7 +407,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     cfg = load_config(None, ["warm_start.steps=7", "warm_start.episodes=6", "warm_start.lr=0.01",
                              "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
                              "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
-                             "seed=4", "env_kwargs={max_value: 5}",
+                             "warm_start.target_metric=greedy", "seed=4", "env_kwargs={max_value: 5}",
                              "rollout.max_new_tokens=24", "rollout.max_context_tokens=512"])
     out = train_main.warm_start(cfg, small_model, tmp_path)
     assert out == str(tmp_path / "model" / "warm_start")
@@ -418,7 +418,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     assert all(r.metrics["turns"] == 1 for r in demos)
     assert all(int(n) <= 5 for r in demos for n in re.findall(r"\d+", r.task_id))
     # the early stop sees rewarded demonstrations of other episodes (other env seeds)
-    assert seen["target"] == 0.7 and len(seen["holdout"]) == 5
+    assert seen["target"] == 0.7 and seen["metric"] == "greedy" and len(seen["holdout"]) == 5
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
