@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from sao_gym.core import AgentEnv
 from sao_gym.tools import ToolEnv, ToolError, ToolResult, tool
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def import_benchmark(name: str) -> ModuleType:
+    """Import ``benchmarks/NAME.py`` (a script, not a package) as module ``name``."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
 
 
 def call(name: str, args: Any = None, id: str = "c0") -> dict[str, Any]:

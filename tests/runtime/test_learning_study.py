@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def study():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("learning_study")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return import_benchmark("learning_study")
 
 
 def _fake_run(run: Path, successes: list[float], start: float, final: float) -> None:

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 
 import sao_gym
 from sao_gym.utils.env_checker import check_agent_env
-
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from tests.helpers import import_benchmark
 
 
 @pytest.fixture(scope="module")
 def vs_trl():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("vs_trl")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    return import_benchmark("vs_trl")
 
 
 def _reward(vs_trl, text: str, task: dict) -> tuple[float, bool]:

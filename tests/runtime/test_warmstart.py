@@ -407,8 +407,9 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     cfg = load_config(None, ["warm_start.steps=7", "warm_start.episodes=6", "warm_start.lr=0.01",
                              "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
                              "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
-                             "warm_start.target_metric=greedy", "seed=4", "env_kwargs={max_value: 5}",
-                             "rollout.max_new_tokens=24", "rollout.max_context_tokens=512"])
+                             "warm_start.target_metric=greedy", "seed=4",
+                             "env_kwargs={max_value: 5}", "rollout.max_new_tokens=24",
+                             "rollout.max_context_tokens=512"])
     out = train_main.warm_start(cfg, small_model, tmp_path)
     assert out == str(tmp_path / "model" / "warm_start")
     assert (seen["steps"], seen["lr"], seen["batch_size"], seen["seed"]) == (7, 0.01, 3, 4)
