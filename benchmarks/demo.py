@@ -38,7 +38,7 @@ def sao_gym(*args: str) -> str:
 
 
 def run_seed(seed: int, out: Path, overrides: list[str]) -> dict:
-    from sao_gym.evaluation import gain_interval
+    from sao_gym.evaluation import summary_gain
 
     run_dir = out / f"seed{seed}"
     if (run_dir / "metrics.jsonl").exists():
@@ -50,8 +50,7 @@ def run_seed(seed: int, out: Path, overrides: list[str]) -> dict:
     before, after = (json.loads((run_dir / f"eval_{w}.json").read_text())
                      for w in ("before", "after"))
     b, a = before["success_rate"], after["success_rate"]
-    lo, hi = gain_interval(b, before["episodes"] - before["infra_failures"],
-                           a, after["episodes"] - after["infra_failures"])
+    _, lo, hi = summary_gain(before, after)
     row = {"seed": seed, "train_wall_s": round(wall, 1), "start_success": b,
            "final_success": a, "gain": round(a - b, 4),
            "gain_interval": [round(lo, 4), round(hi, 4)], "episodes": after["episodes"]}

@@ -149,10 +149,9 @@ def train(out: Path, warm: Path, name: str, overrides: list[str], seed: int,
 # ---------- report ----------
 
 def _records(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    from sao_gym.logging import read_metrics
+
+    return read_metrics(run) if (run / "metrics.jsonl").exists() else []
 
 
 def _ema(values: list[float | None], w: float = 0.9) -> list[float]:

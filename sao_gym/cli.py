@@ -143,21 +143,17 @@ def _print_result(result: dict) -> None:
 
 def _gain_lines(before: dict, after: dict) -> list[str]:
     """Before/after success rates with 95% intervals, and the gain with its interval."""
-    from sao_gym.evaluation import gain_interval, wilson_interval
+    from sao_gym.evaluation import summary_gain, summary_interval
 
-    def counted(summary: dict) -> tuple[float, int]:
-        return summary["success_rate"], summary["episodes"] - summary.get("infra_failures", 0)
+    def rate(summary: dict) -> str:
+        lo, hi = summary_interval(summary)
+        return f"{summary['success_rate']:.3f} [{lo:.3f}, {hi:.3f}]"
 
-    (b, nb), (a, na) = counted(before), counted(after)
-
-    def rate(p: float, n: int) -> str:
-        lo, hi = wilson_interval(round(p * n), n)
-        return f"{p:.3f} [{lo:.3f}, {hi:.3f}]"
-
-    lo, hi = gain_interval(b, max(nb, 1), a, max(na, 1))
-    return [f"success:    {rate(b, nb)} before -> {rate(a, na)} after RL "
-            f"({na} held-out episodes, 95% intervals)",
-            f"gain:       {100 * (a - b):+.1f} points (95% interval {100 * lo:+.1f} to "
+    gain, lo, hi = summary_gain(before, after)
+    episodes = after["episodes"] - after.get("infra_failures", 0)
+    return [f"success:    {rate(before)} before -> {rate(after)} after RL "
+            f"({episodes} held-out episodes, 95% intervals)",
+            f"gain:       {100 * gain:+.1f} points (95% interval {100 * lo:+.1f} to "
             f"{100 * hi:+.1f})"]
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from sao_gym.core import Agent, AgentEnv, AgentWrapper
 from sao_gym.rollout import play_episode
@@ -55,6 +56,36 @@ def gain_interval(before: float, n_before: int, after: float, n_after: int,
     se = math.sqrt(before * (1 - before) / n_before + after * (1 - after) / n_after)
     diff = after - before
     return (diff - z * se, diff + z * se)
+
+
+def _counted(summary: Mapping[str, Any]) -> tuple[float, int]:
+    """(success rate, episodes it is over) of a summary dict (infra failures excluded)."""
+    return (float(summary["success_rate"]),
+            max(1, int(summary["episodes"]) - int(summary.get("infra_failures", 0))))
+
+
+def summary_interval(summary: Mapping[str, Any]) -> tuple[float, float]:
+    """95% interval of the success rate of a summary dict (``eval_*.json``).
+
+    An :class:`EpisodeSummary` as written by the job; recomputed (Wilson) for
+    files written without ``success_interval``.
+    """
+    if summary.get("success_interval"):
+        lo, hi = summary["success_interval"]
+        return float(lo), float(hi)
+    rate, n = _counted(summary)
+    return wilson_interval(round(rate * n), n)
+
+
+def summary_gain(before: Mapping[str, Any], after: Mapping[str, Any]
+                 ) -> tuple[float, float, float]:
+    """``(gain, low, high)``: ``after``'s success rate minus ``before``'s.
+
+    ``low``/``high`` are its 95% interval (:func:`gain_interval`).
+    """
+    (b, nb), (a, na) = _counted(before), _counted(after)
+    lo, hi = gain_interval(b, nb, a, na)
+    return a - b, lo, hi
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def eval_marks(run_dir: str | os.PathLike[str], records: list[dict[str, Any]]
     """
     import json
 
-    from sao_gym.evaluation import wilson_interval
+    from sao_gym.evaluation import summary_interval
 
     steps = [r["step"] for r in records if "step" in r]
     marks = []
@@ -174,10 +174,8 @@ def eval_marks(run_dir: str | os.PathLike[str], records: list[dict[str, Any]]
         if not path.exists():
             continue
         summary = json.loads(path.read_text())
-        rate = float(summary["success_rate"])
-        n = int(summary["episodes"]) - int(summary.get("infra_failures", 0))
-        lo, hi = summary.get("success_interval") or wilson_interval(round(rate * n), n)
-        marks.append((f"held-out {label}", step, rate, float(lo), float(hi)))
+        lo, hi = summary_interval(summary)
+        marks.append((f"held-out {label}", step, float(summary["success_rate"]), lo, hi))
     return marks
 
 

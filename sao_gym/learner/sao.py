@@ -320,7 +320,7 @@ class Learner:
             per_rollout = adv_lib.group_normalized_advantages(rewards, group)
         return [per_rollout[mb.indices][:, None] * mb.action_mask_BT for mb in mbs]
 
-    def _gae(self, rollout_list, mb: MicroBatch, after_BT: torch.Tensor):
+    def _gae(self, rollouts, mb: MicroBatch, after_BT: torch.Tensor):
         """``(advantages, returns, values)`` of one micro-batch from ``values_after`` (detached).
 
         Policy lambda for the advantages, critic lambda for the returns; with
@@ -330,7 +330,7 @@ class Learner:
         cfg = self.config
         mask = mb.action_mask_BT
         v = values_before(after_BT) * mask
-        truncated = torch.tensor([cfg.bootstrap_truncated and rollout_list[i].truncated
+        truncated = torch.tensor([cfg.bootstrap_truncated and rollouts[i].truncated
                                   for i in mb.indices])
         last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
         # V after the last action token (the full prefix through it), not V before it.
