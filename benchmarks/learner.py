@@ -8,7 +8,9 @@ use it), in turn within each repeat so machine noise hits all alike:
   the floor any policy step pays;
 - ``grpo`` (PPO clip), ``grpo_dis``: the critic-free policy steps;
 - ``sao``: the critic's K=2 updates (whose first pass also gives the values
-  for GAE) plus the policy step; ``sao K=1`` with one critic update.
+  for GAE) plus the policy step; ``sao K=1`` with one critic update; ``sao 2L
+  critic`` with K=2 updates of a critic that keeps the first half of the
+  policy's layers (``learner.critic_layers``).
 
 Reports median seconds and learner tokens/s per row, the SAO/GRPO ratios, and
 the per-token logprob error of bf16 autocast against float32 on a slice of
@@ -99,6 +101,8 @@ def main() -> None:
     rollouts = synthetic_rollouts(args.rollouts, args.length)
     tokens = sum(len(r.token_ids) for r in rollouts)
 
+    half = max(1, args.layers // 2)
+
     def cfg(**kw):
         return LearnerConfig(lr=1e-6, critic_warmup_steps=0, group_size=GROUP,
                              max_tokens_per_microbatch=args.max_tokens, **kw)
@@ -106,7 +110,8 @@ def main() -> None:
     learners = {"grpo": build_learner("grpo", path, cfg()),
                 "grpo_dis": build_learner("grpo_dis", path, cfg()),
                 "sao": build_learner("sao", path, cfg()),
-                "sao K=1": build_learner("sao", path, cfg(critic_updates=1))}
+                "sao K=1": build_learner("sao", path, cfg(critic_updates=1)),
+                f"sao {half}L critic": build_learner("sao", path, cfg(critic_layers=half))}
     if native_bf16():
         learners["sao bf16"] = build_learner("sao", path, cfg(autocast="bfloat16"))
         learners["grpo bf16"] = build_learner("grpo", path, cfg(autocast="bfloat16"))
@@ -129,9 +134,9 @@ def main() -> None:
     print(f"\n{args.rollouts} rollouts x {args.length} tokens = {tokens} tokens per batch, "
           f"{torch.get_num_threads()} threads, CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, native bf16: {native_bf16()}")
-    print(f"{'step':<10} {'median s':>9} {'tokens/s':>9} {'x grpo':>7} {'x grpo_dis':>10}")
+    print(f"{'step':<16} {'median s':>9} {'tokens/s':>9} {'x grpo':>7} {'x grpo_dis':>10}")
     for name, t in med.items():
-        print(f"{name:<10} {t:9.3f} {tokens / t:9.0f} {t / med['grpo']:7.2f} "
+        print(f"{name:<16} {t:9.3f} {tokens / t:9.0f} {t / med['grpo']:7.2f} "
               f"{t / med['grpo_dis']:10.2f}")
     worst, mean = bf16_logprob_error(path, rollouts[:8])
     print(f"bf16 autocast logprob error vs fp32 (action tokens of 8 rollouts): "

@@ -74,8 +74,10 @@ ROWS: dict[str, list[str]] = {
     "SAO, K=1 critic step": ["learner.critic_updates=1"],
     "SAO, full-parameter critic": ["learner.critic_freeze=null"],
     "SAO, sync": ["mode=sync"],
+    "SAO, 2-layer critic": ["learner.critic_layers=2"],
 }
-"""Row name -> overrides of :data:`STUDY` (the paper's Tables 1, 3 and 4 in miniature)."""
+"""Row name -> overrides of :data:`STUDY` (the paper's Tables 1, 3 and 4 in miniature,
+and a cheaper critic: the first 2 of the policy's 4 layers, ``learner.critic_layers``)."""
 
 LONG_ROWS = {"SAO, staleness 4": ["rollout.max_staleness=4"],
              "GRPO (PPO clip, no DIS), staleness 4": ["algorithm=grpo", *GROUP,

@@ -49,6 +49,10 @@ class LearnerConfig:
     """First learner steps that train only the critic."""
     critic_freeze: str | None = "attention"
     """``"attention"`` freezes the critic's attention projections; ``None`` trains all."""
+    critic_layers: int | None = None
+    """Decoder layers of the critic: ``None`` keeps all of the checkpoint's (the
+    paper's full-size critic); ``N`` keeps its first ``N`` (a shallower, cheaper
+    value model: each critic update then costs about ``N / layers`` of a full one)."""
     bootstrap_truncated: bool = False
     """Truncated rollouts (turn limit, context or token budget) bootstrap their
     return from the critic's value after their last action token (True), or
@@ -105,6 +109,8 @@ class LearnerConfig:
                              "be >= 0")
         if not 0.0 < self.gamma <= 1.0 or not 0.0 <= self.critic_lambda <= 1.0:
             raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
+        if self.critic_layers is not None and self.critic_layers < 1:
+            raise ValueError(f"critic_layers must be >= 1 or None, got {self.critic_layers}")
         if self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}")
         if self.lr_schedule not in LR_SCHEDULES:

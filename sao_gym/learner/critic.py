@@ -23,6 +23,11 @@ train. An architecture not in the table falls back to "every ``nn.Linear``
 inside a module whose name contains ``attn`` or ``attention``" (never a norm:
 norms are not ``Linear``), with a warning; when that finds nothing the
 critic refuses to build. ``freeze=None`` trains everything.
+
+``num_layers=N`` (:meth:`ValueModel.from_pretrained`) keeps only the
+checkpoint's first ``N`` decoder layers: a shallower critic whose passes cost
+about ``N / layers`` of the full one's, read from the policy's middle hidden
+states (the final norm is kept).
 """
 
 from __future__ import annotations
@@ -101,6 +106,21 @@ def values_before(values_after_BT: torch.Tensor) -> torch.Tensor:
     return F.pad(values_after_BT[:, :-1], (1, 0))
 
 
+def _truncate_layers(config, num_layers: int, path: Path) -> int:
+    """Make ``config`` describe the first ``num_layers`` decoder layers; return how many it had."""
+    total = getattr(config, "num_hidden_layers", None)
+    if total is None:
+        raise ValueError(f"critic num_layers: the config at {path} has no num_hidden_layers")
+    if not 1 <= num_layers <= total:
+        raise ValueError(f"critic num_layers={num_layers}: the checkpoint at {path} has "
+                         f"{total} decoder layers (choose 1..{total})")
+    config.num_hidden_layers = num_layers
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, list) and len(layer_types) == total:
+        config.layer_types = layer_types[:num_layers]
+    return total
+
+
 class ValueModel(nn.Module):
     """Per-token values from a causal-LM backbone plus a scalar head."""
 
@@ -140,14 +160,33 @@ class ValueModel(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: str | torch.device = "cpu",
         seed: int = 0,
+        num_layers: int | None = None,
     ) -> ValueModel:
-        """Load from a policy checkpoint (fresh head) or a saved critic (its head)."""
-        from transformers import AutoModel
+        """Load from a policy checkpoint (fresh head) or a saved critic (its head).
+
+        ``num_layers`` keeps the first ``num_layers`` decoder layers (``None``: all).
+        """
+        from transformers import AutoConfig, AutoModel
 
         path = Path(path)
         if not (path / "config.json").exists():
             raise FileNotFoundError(f"no Hugging Face checkpoint at {path}")
-        backbone = AutoModel.from_pretrained(str(path), dtype=dtype)
+        config = AutoConfig.from_pretrained(str(path))
+        if num_layers is None:
+            backbone = AutoModel.from_pretrained(str(path), config=config, dtype=dtype)
+        else:
+            total = _truncate_layers(config, num_layers, path)
+            from transformers.utils import logging as hf_logging
+
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()  # the dropped layers' weights are expected
+            try:
+                backbone = AutoModel.from_pretrained(str(path), config=config, dtype=dtype)
+            finally:
+                hf_logging.set_verbosity(verbosity)
+            if num_layers < total:
+                logger.info("critic: the first %d of %d decoder layers of %s",
+                            num_layers, total, path)
         model = cls(backbone, freeze=freeze, seed=seed)
         if (path / HEAD_FILE).exists():
             model.head.load_state_dict(torch.load(path / HEAD_FILE, weights_only=True))

@@ -576,7 +576,8 @@ def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None
         critic = ValueModel.from_pretrained(critic_path or policy_path,
                                             freeze=config.critic_freeze,
                                             dtype=getattr(torch, config.dtype),
-                                            device=config.device, seed=config.seed)
+                                            device=config.device, seed=config.seed,
+                                            num_layers=config.critic_layers)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer,
                    total_steps=total_steps, temperature=temperature)

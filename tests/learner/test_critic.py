@@ -141,6 +141,35 @@ def test_critic_values_are_aligned_and_save_load_roundtrips(tiny_model_path, tmp
         ValueModel.from_pretrained(tmp_path / "nowhere")
 
 
+def test_shallow_critic_reads_the_first_layers_and_roundtrips(tiny_model_path, tmp_path):
+    full = ValueModel.from_pretrained(tiny_model_path)
+    layers = full.backbone.config.num_hidden_layers
+    assert layers >= 2
+    shallow = ValueModel.from_pretrained(tiny_model_path, num_layers=layers - 1)
+    assert len(shallow.backbone.layers) == layers - 1
+    assert shallow.backbone.config.num_hidden_layers == layers - 1
+    types = getattr(shallow.backbone.config, "layer_types", None)
+    assert types is None or len(types) == layers - 1
+    ids = torch.randint(0, 1000, (2, 7))
+    attn = torch.ones_like(ids)
+    with torch.no_grad():
+        hidden = full.backbone(input_ids=ids, attention_mask=attn,
+                               output_hidden_states=True).hidden_states[layers - 1]
+        expected = shallow.head(full.backbone.norm(hidden)).squeeze(-1)
+        assert torch.allclose(shallow.values_after(ids, attn), expected, atol=1e-5)
+        assert not torch.allclose(full.values_after(ids, attn), expected, atol=1e-3)
+    frozen = attention_parameter_names(shallow.backbone)
+    assert frozen and all(int(n.split(".")[1]) < layers - 1 for n in frozen)
+    _critic_step(shallow)
+    shallow.save_pretrained(tmp_path / "critic")
+    again = ValueModel.from_pretrained(tmp_path / "critic", num_layers=layers - 1)
+    assert len(again.backbone.layers) == layers - 1
+    assert torch.allclose(again(ids, attn), shallow(ids, attn), atol=1e-6)
+    for bad in (0, layers + 1):
+        with pytest.raises(ValueError, match="decoder layers"):
+            ValueModel.from_pretrained(tiny_model_path, num_layers=bad)
+
+
 def test_table_critic_gives_hand_values():
     critic = table_critic({5: 0.25, 6: -1.5})
     ids = torch.tensor([[5, 6, 7]])

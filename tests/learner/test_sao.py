@@ -536,3 +536,23 @@ def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, ca
     err = (bf16._logprobs(mb, logits) - fp32._logprobs(mb, fp32._logits(mb)))[mask].abs()
     assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
+
+
+def test_shallow_critic_trains_saves_and_resumes(tiny_model_path, tmp_path):
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, critic_layers=1)
+    a = build_learner("sao", tiny_model_path, cfg)
+    assert len(a.critic.backbone.layers) == 1
+    assert len(a.policy.model.layers) == a.policy.config.num_hidden_layers > 1
+    rollouts = _batch(a.policy, 4, seed=2)
+    before = {n: p.detach().clone() for n, p in a.critic.named_parameters()}
+    m = a.update(rollouts)
+    assert m["critic/grad_norm"] > 0
+    assert not torch.equal(a.critic.head.weight, before["head.weight"])
+    a.save_models(tmp_path / "ckpt")
+    b = build_learner("sao", str(tmp_path / "ckpt" / "policy"), cfg,
+                      critic_path=str(tmp_path / "ckpt" / "critic"))
+    ids = torch.tensor([rollouts[0].token_ids])
+    assert len(b.critic.backbone.layers) == 1
+    assert torch.allclose(a.critic(ids, torch.ones_like(ids)), b.critic(ids, torch.ones_like(ids)))
+    with pytest.raises(ValueError, match="critic_layers"):
+        LearnerConfig(critic_layers=0)

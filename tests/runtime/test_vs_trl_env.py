@@ -14,10 +14,15 @@ def vs_trl():
     return import_benchmark("vs_trl")
 
 
-def _reward(vs_trl, text: str, task: dict) -> tuple[float, bool]:
+@pytest.fixture(scope="module")
+def arith(vs_trl):
+    return import_benchmark("vs_trl_task")  # imported by vs_trl already
+
+
+def _reward(vs_trl, prompt: str, text: str, task: dict) -> tuple[float, bool]:
     env = sao_gym.make(vs_trl.QUALIFIED_ENV_ID)
     obs, _ = env.reset(seed=0, options={"task": task})
-    assert obs == [{"role": "user", "content": vs_trl.PROMPT.format(**task)}]
+    assert obs == [{"role": "user", "content": prompt.format(**task)}]
     _, reward, terminated, truncated, _ = env.step(text)
     env.close()
     return reward, terminated and not truncated
@@ -37,30 +42,30 @@ def test_importing_registers_the_env(vs_trl):
     ("<answer>-4", 0.0),
     ("", 0.0),
 ])
-def test_rewards(vs_trl, text, expected):
-    reward, ended = _reward(vs_trl, text, {"a": 3, "op": "-", "b": 7})
+def test_rewards(vs_trl, arith, text, expected):
+    reward, ended = _reward(vs_trl, arith.PROMPT, text, {"a": 3, "op": "-", "b": 7})
     assert reward == expected
     assert ended  # single turn: the first reply ends the episode
 
 
-def test_first_answer_counts(vs_trl):
-    assert vs_trl.score("<answer>1</answer><answer>10</answer>", "10") == 0.1
-    assert vs_trl.score("<answer>10</answer><answer>1</answer>", "10") == 1.0
+def test_first_answer_counts(arith):
+    assert arith.score("<answer>1</answer><answer>10</answer>", "10") == 0.1
+    assert arith.score("<answer>10</answer><answer>1</answer>", "10") == 1.0
 
 
-def test_splits_are_disjoint_and_fixed(vs_trl):
-    train, heldout = vs_trl.split_tasks("train"), vs_trl.split_tasks("heldout")
+def test_splits_are_disjoint_and_fixed(arith):
+    train, heldout = arith.split_tasks("train"), arith.split_tasks("heldout")
     assert (len(train), len(heldout)) == (600, 200)
     ids = {t["id"] for t in train} | {t["id"] for t in heldout}
     assert len(ids) == 800
-    assert [t["id"] for t in heldout] == [t["id"] for t in vs_trl.split_tasks("heldout")]
+    assert [t["id"] for t in heldout] == [t["id"] for t in arith.split_tasks("heldout")]
     with pytest.raises(ValueError, match="split must be one of"):
-        vs_trl.split_tasks("test")
+        arith.split_tasks("test")
 
 
 @pytest.mark.parametrize("split", ["train", "heldout"])
-def test_reset_draws_from_its_split(vs_trl, split):
-    allowed = {t["id"] for t in vs_trl.split_tasks(split)}
+def test_reset_draws_from_its_split(vs_trl, arith, split):
+    allowed = {t["id"] for t in arith.split_tasks(split)}
     env = sao_gym.make(vs_trl.ENV_ID, split=split)
     drawn = set()
     for seed in range(100):
