@@ -18,7 +18,10 @@ interrupted run resumes from its last checkpoint)::
    seeds; steps until the smoothed training success first reaches
    ``--threshold``; wall time) and ``OUT/plots/*.png``: per row, the mean over
    seeds (EMA-smoothed) of training success, clip ratio, explained variance,
-   critic gradient norm and staleness, and the long runs' curves.
+   critic gradient norm, staleness and the learner's KL to the sampler
+   (``mismatch/approx_kl``, every algorithm) (``baselines.png``: the paper's Table 1
+   rows; ``ablations.png``: SAO against its ablations), and the long runs'
+   curves (``long.png``).
 
 ``--rows`` and ``--seeds`` pick a subset; ``--report`` only redraws from what
 has finished.
@@ -79,13 +82,18 @@ ROWS: dict[str, list[str]] = {
 """Row name -> overrides of :data:`STUDY` (the paper's Tables 1, 3 and 4 in miniature,
 and a cheaper critic: the first 2 of the policy's 4 layers, ``learner.critic_layers``)."""
 
+BASELINE_ROWS = ("SAO", "GRPO+DIS (G=8)", "GRPO (G=8, PPO clip)", "VAPO-style (critic, PPO clip)",
+                 "running-mean baseline (DIS)")
+"""The rows of the paper's Table 1 (the others are ablations of SAO: Tables 3 and 4)."""
+
 LONG_ROWS = {"SAO, staleness 4": ["rollout.max_staleness=4"],
              "GRPO (PPO clip, no DIS), staleness 4": ["algorithm=grpo", *GROUP,
                                                       "rollout.max_staleness=4"]}
 
 CURVES = [("rollout/success_rate", "training success"), ("sao/clip_ratio", "clip ratio"),
           ("critic/explained_variance", "explained variance"),
-          ("critic/grad_norm", "critic grad norm"), ("async/staleness_mean", "staleness (mean)")]
+          ("critic/grad_norm", "critic grad norm"), ("async/staleness_mean", "staleness (mean)"),
+          ("mismatch/approx_kl", "KL(sampler || policy)")]
 
 
 def slug(name: str) -> str:
@@ -258,8 +266,14 @@ def report(out: Path, rows: list[str], seeds: list[int], threshold: float, steps
     (out / "table.md").write_text(text + "\n")
     (out / "summary.json").write_text(json.dumps(summaries + longs, indent=2))
     print(text)
-    plots = [plot(out, {n: [out / "runs" / slug(n) / f"seed{s}" for s in seeds] for n in rows},
-                  "rows.png", f"Rows, mean over seeds {seeds} (EMA 0.9 over the faint mean)"),
+    def runs_of(names: list[str]) -> dict[str, list[Path]]:
+        return {n: [out / "runs" / slug(n) / f"seed{s}" for s in seeds] for n in names}
+
+    baselines = [n for n in rows if n in BASELINE_ROWS]
+    ablations = [n for n in rows if n not in BASELINE_ROWS or n == "SAO"]
+    mean_of = f"mean over seeds {seeds} (EMA 0.9 over the faint mean)"
+    plots = [plot(out, runs_of(baselines), "baselines.png", f"SAO and its baselines, {mean_of}"),
+             plot(out, runs_of(ablations), "ablations.png", f"SAO's ablations, {mean_of}"),
              plot(out, {n: [out / "runs" / slug(n) / "seed0"] for n in LONG_ROWS},
                   "long.png", f"{long_steps} steps at staleness 4, seed 0")]
     for p in plots:

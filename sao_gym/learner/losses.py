@@ -155,6 +155,33 @@ def dis_policy_loss(
     return loss, stats
 
 
+def sampler_mismatch(
+    logprobs_BT: Tensor,
+    rollout_logprobs_BT: Tensor,
+    mask_BT: Tensor,
+    *,
+    eps_low: float = 0.3,
+    eps_high: float = 5.0,
+) -> dict[str, Tensor]:
+    """How far the learner's policy is from the sampler's, on action tokens (detached).
+
+    Whatever the loss, ``r = exp(logprobs - rollout_logprobs)``: ``approx_kl``
+    (k3 estimate of KL(sampler || policy)) and ``masked_share``, the share of
+    action tokens outside DIS's band ``(1 - eps_low, 1 + eps_high)`` (strict),
+    i.e. what SAO's mask would drop. For a PPO loss, whose ratio is against a
+    recomputed old policy, this is the off-policy drift it does not see.
+    """
+    with torch.no_grad():
+        mask = mask_BT.bool()
+        zeros = torch.zeros_like(logprobs_BT)
+        log_ratio_BT = torch.where(mask, logprobs_BT.detach() - rollout_logprobs_BT, zeros)
+        ratio_BT = torch.exp(log_ratio_BT)
+        count = mask.sum().clamp(min=1)
+        outside = ~((ratio_BT > 1.0 - eps_low) & (ratio_BT < 1.0 + eps_high))
+        return {"approx_kl": _masked_mean((ratio_BT - 1) - log_ratio_BT, mask, count),
+                "masked_share": _masked_mean(outside.to(ratio_BT.dtype), mask, count)}
+
+
 def ppo_clip_policy_loss(
     logprobs_BT: Tensor,
     old_logprobs_BT: Tensor,

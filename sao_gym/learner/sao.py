@@ -453,6 +453,8 @@ class Learner:
                     loss.backward()
                 weight = float(mb.action_mask_BT.sum())
                 m.add(stats, weight, "sao/")
+                m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT,
+                                              mb.action_mask_BT), weight, "mismatch/")
                 entropy = mean_entropy(logits, mb.action_mask_BT.to(logits.device),
                                        self.temperature)
                 m.add({"entropy": entropy}, weight, "policy/")

@@ -369,3 +369,17 @@ def test_entropy_from_logits():
 def test_docstring_examples():
     result = doctest.testmod(losses, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_sampler_mismatch_hand_values():
+    lp = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
+    sampler = torch.tensor([[-1.0, -1.0, -0.5 - math.log(10.0), 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    stats = losses.sampler_mismatch(lp.requires_grad_(), sampler, mask)
+    r = [1.0, math.exp(-1.0), 10.0]
+    k3 = [(x - 1) - math.log(x) for x in r]
+    assert stats["approx_kl"].item() == pytest.approx(sum(k3) / 3, rel=1e-5)
+    assert stats["masked_share"].item() == pytest.approx(2 / 3)  # 0.37 < 0.7 and 10 > 6
+    assert not stats["approx_kl"].requires_grad
+    wide = losses.sampler_mismatch(lp, sampler, mask, eps_low=0.7, eps_high=9.0)
+    assert wide["masked_share"].item() == pytest.approx(1 / 3)  # 10 is on the edge: masked

@@ -8,6 +8,7 @@ import random
 import pytest
 import torch
 
+from sao_gym.learner import losses
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
 from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
@@ -115,7 +116,16 @@ def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
     dis = algorithm in ("sao", "grpo_dis", "running_mean")
     expected = ref_policy_loss(learner, rollouts, advs, "dis" if dis else "ppo",
                                0.3 if dis else 0.2, 5.0 if dis else 0.28, use_sampler=dis)
+    with torch.no_grad():  # the sampler mismatch the step reports, from its starting policy
+        (mb,) = micro_batches(rollouts, 1 << 16, learner.pad_id)
+        mismatch = losses.sampler_mismatch(learner._logprobs(mb, learner._logits(mb)),
+                                           mb.rollout_logprobs_BT, mb.action_mask_BT)
     metrics = learner.update(rollouts)
+    assert metrics["mismatch/approx_kl"] == pytest.approx(float(mismatch["approx_kl"]),
+                                                          rel=1e-4, abs=1e-8)
+    assert metrics["mismatch/masked_share"] == pytest.approx(float(mismatch["masked_share"]))
+    if dis:
+        assert metrics["mismatch/approx_kl"] == pytest.approx(metrics["sao/approx_kl"], rel=1e-6)
     for key in METRICS + (CRITIC_METRICS if algorithm in ("sao", "vapo") else []):
         assert key in metrics and math.isfinite(metrics[key]), key
     assert metrics["loss/policy"] == pytest.approx(expected, rel=1e-4, abs=1e-6)
