@@ -9,8 +9,8 @@ use it), in turn within each repeat so machine noise hits all alike:
 - ``grpo`` (PPO clip), ``grpo_dis``: the critic-free policy steps;
 - ``sao``: the critic's K=2 updates (whose first pass also gives the values
   for GAE) plus the policy step; ``sao K=1`` with one critic update; ``sao 2L
-  critic`` with K=2 updates of a critic that keeps the first half of the
-  policy's layers (``learner.critic_layers``).
+  critic`` / ``sao 1L critic``: K=2 updates of a critic that keeps the first
+  half of the policy's layers / its first layer (``learner.critic_layers``).
 
 Reports median seconds and learner tokens/s per row, the SAO/GRPO ratios, and
 the per-token logprob error of bf16 autocast against float32 on a slice of
@@ -101,8 +101,6 @@ def main() -> None:
     rollouts = synthetic_rollouts(args.rollouts, args.length)
     tokens = sum(len(r.token_ids) for r in rollouts)
 
-    half = max(1, args.layers // 2)
-
     def cfg(**kw):
         return LearnerConfig(lr=1e-6, critic_warmup_steps=0, group_size=GROUP,
                              max_tokens_per_microbatch=args.max_tokens, **kw)
@@ -111,7 +109,8 @@ def main() -> None:
                 "grpo_dis": build_learner("grpo_dis", path, cfg()),
                 "sao": build_learner("sao", path, cfg()),
                 "sao K=1": build_learner("sao", path, cfg(critic_updates=1)),
-                f"sao {half}L critic": build_learner("sao", path, cfg(critic_layers=half))}
+                **{f"sao {n}L critic": build_learner("sao", path, cfg(critic_layers=n))
+                   for n in sorted({max(1, args.layers // 2), 1})}}
     if native_bf16():
         learners["sao bf16"] = build_learner("sao", path, cfg(autocast="bfloat16"))
         learners["grpo bf16"] = build_learner("grpo", path, cfg(autocast="bfloat16"))

@@ -15,7 +15,8 @@ interrupted run resumes from its last checkpoint)::
 3. **Stability**: ``--long-steps`` (1,000) steps of SAO and of GRPO without
    DIS at staleness 4, seed 0.
 4. **Report**: ``OUT/table.md`` (final held-out success, mean and spread over
-   seeds; steps until the smoothed training success first reaches
+   seeds, and per seed against the first row on the same warm start; steps
+   until the mean training success of the last 20 steps first reaches
    ``--threshold``; wall time) and ``OUT/plots/*.png``: per row, the mean over
    seeds (EMA-smoothed) of training success, clip ratio, explained variance,
    critic gradient norm, staleness and the learner's KL to the sampler
@@ -170,11 +171,19 @@ def _ema(values: list[float | None], w: float = 0.9) -> list[float]:
     return smooth_ema([math.nan if v is None else float(v) for v in values], w)
 
 
-def steps_to(records: list[dict], threshold: float) -> int | None:
-    """First learner step where the EMA (0.9) of training success reaches ``threshold``."""
+WINDOW = 20
+"""Steps in the trailing mean of training success that "steps to threshold" reads."""
+
+
+def steps_to(records: list[dict], threshold: float, window: int = WINDOW) -> int | None:
+    """First learner step where the mean training success of the last ``window`` steps
+    reaches ``threshold`` (a trailing mean: one lucky batch at the start does not count)."""
     pts = [(r["step"], r.get("rollout/success_rate")) for r in records]
-    smooth = _ema([v for _, v in pts])
-    return next((s for (s, _), v in zip(pts, smooth, strict=True) if v >= threshold), None)
+    pts = [(s, v) for s, v in pts if v is not None and math.isfinite(v)]
+    for i in range(window - 1, len(pts)):
+        if statistics.mean(v for _, v in pts[i - window + 1:i + 1]) >= threshold:
+            return pts[i][0]
+    return None
 
 
 def _spread(xs: list[float]) -> str:
@@ -196,22 +205,35 @@ def row_summary(out: Path, name: str, seeds: list[int], threshold: float) -> dic
         recs = _records(r)
         if recs and "time/elapsed_s" in recs[-1]:
             walls.append(recs[-1]["time/elapsed_s"] / 60)
-    return {"row": name, "seeds_done": len(done), "final": finals, "start": starts,
+    return {"row": name, "seeds_done": len(done), "seeds": [int(r.name[4:]) for r in done],
+            "final": finals, "start": starts,
             "steps_to_threshold": reach, "wall_min": walls}
 
 
+def _vs_first(summary: dict, first: dict) -> str:
+    """Per seed, final success minus the first row's on the same seed (same warm start)."""
+    base = dict(zip(first["seeds"], first["final"], strict=True))
+    diffs = [f"{f - base[seed]:+.3f}" for seed, f in zip(summary["seeds"], summary["final"],
+                                                         strict=True) if seed in base]
+    return ", ".join(diffs) or "-"
+
+
 def table(summaries: list[dict], threshold: float, budget: str) -> str:
+    first = summaries[0]["row"]
     lines = [f"Held-out success at T=1 (256 episodes per run) after {budget}; mean ± sd over "
-             f"seeds. Steps to {threshold:.2f}: first learner step where the EMA(0.9) of "
-             "training success reaches it (— if never), per seed.", "",
-             "| row | seeds | start | final | gain | steps to threshold | wall (min) |",
-             "|---|---|---|---|---|---|---|"]
+             f"seeds; vs {first}: final success minus {first}'s on the same seed (same warm "
+             f"start), per seed. Steps to {threshold:.2f}: first learner step where the "
+             f"mean training success of the last {WINDOW} steps reaches it (— if never), per "
+             "seed. Wall: median.",
+             "", f"| row | seeds | start | final | gain | vs {first} | steps to threshold | "
+             "wall (min) |", "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         gains = [f - b for f, b in zip(s["final"], s["start"], strict=True)]
         reach = ", ".join("—" if x is None else str(x) for x in s["steps_to_threshold"]) or "-"
         wall = f"{statistics.median(s['wall_min']):.1f}" if s["wall_min"] else "-"
         lines.append(f"| {s['row']} | {s['seeds_done']} | {_spread(s['start'])} | "
-                     f"{_spread(s['final'])} | {_spread(gains)} | {reach} | {wall} |")
+                     f"{_spread(s['final'])} | {_spread(gains)} | {_vs_first(s, summaries[0])} "
+                     f"| {reach} | {wall} |")
     return "\n".join(lines)
 
 

@@ -25,25 +25,35 @@ def _fake_run(run: Path, successes: list[float], start: float, final: float) -> 
     (run / "eval_after.json").write_text(json.dumps({"success_rate": final}))
 
 
-def test_steps_to_threshold_reads_the_smoothed_success(study):
-    # EMA 0.9 of 0, 1, 1, ...: 0, 0.1, 0.19, 0.271, ...: 1 - 0.9^(n-1) reaches 0.5 at n = 8
+def test_steps_to_threshold_reads_a_trailing_mean(study):
+    # 0, 1, 1, ...: the mean of the last 5 is 0.8 at step 5, 1 from step 6; a lucky first
+    # batch alone (1, then 0s) never counts
     records = [{"step": n, "rollout/success_rate": 0.0 if n == 1 else 1.0} for n in range(1, 20)]
-    assert study.steps_to(records, 0.5) == 8
-    assert study.steps_to(records, 0.99) is None
+    assert study.steps_to(records, 0.8, window=5) == 5
+    assert study.steps_to(records, 0.9, window=5) == 6
+    assert study.steps_to(records, 1.01, window=5) is None
+    lucky = [{"step": n, "rollout/success_rate": 1.0 if n == 1 else 0.0} for n in range(1, 20)]
+    assert study.steps_to(lucky, 0.25, window=5) is None
+    assert study.steps_to(records[:3], 0.5, window=5) is None  # shorter than the window
 
 
 def test_report_tables_mean_and_spread_over_seeds(study, tmp_path):
     name = "SAO"
     for seed, (start, final) in enumerate([(0.1, 0.5), (0.2, 0.7)]):
-        _fake_run(tmp_path / "runs" / study.slug(name) / f"seed{seed}", [0.0] + [1.0] * 9,
+        _fake_run(tmp_path / "runs" / study.slug(name) / f"seed{seed}", [0.0] + [1.0] * 24,
                   start, final)
     summary = study.row_summary(tmp_path, name, [0, 1, 2], threshold=0.5)
     assert summary["seeds_done"] == 2 and summary["final"] == [0.5, 0.7]
-    assert summary["steps_to_threshold"] == [8, 8] and summary["wall_min"] == [10.0, 10.0]
-    text = study.table([summary], 0.5, "10 steps")
+    # the trailing mean of 20 steps is 19/20 at step 20
+    assert summary["steps_to_threshold"] == [20, 20] and summary["wall_min"] == [25.0, 25.0]
+    text = study.table([summary], 0.5, "25 steps")
     row = text.splitlines()[-1]
     # mean +- sample sd: start 0.15 +- 0.071, final 0.6 +- 0.141, gain 0.45 +- 0.071
-    assert row == ("| SAO | 2 | 0.150 ± 0.071 | 0.600 ± 0.141 | 0.450 ± 0.071 | 8, 8 | 10.0 |")
+    assert row == ("| SAO | 2 | 0.150 ± 0.071 | 0.600 ± 0.141 | 0.450 ± 0.071 | +0.000, +0.000 "
+                   "| 20, 20 | 25.0 |")
+    other = study.row_summary(tmp_path, name, [1], threshold=0.5)
+    other["row"], other["final"] = "other", [0.65]
+    assert "| -0.050 |" in study.table([summary, other], 0.5, "25 steps").splitlines()[-1]
 
 
 def test_finished_runs_are_kept_and_the_recipe_is_pinned(study, tmp_path, monkeypatch):
