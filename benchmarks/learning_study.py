@@ -241,9 +241,14 @@ def plot(out: Path, groups: dict[str, list[Path]], filename: str, title: str) ->
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(5.0 * len(CURVES), 4.0), layout="constrained")
+    cols = 3
+    rows = -(-len(CURVES) // cols)
+    fig = Figure(figsize=(5.0 * cols, 3.6 * rows), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(CURVES), squeeze=False)[0]
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    for ax in axes[len(CURVES):]:
+        ax.set_visible(False)
+    axes = axes[:len(CURVES)]
     drawn = False
     for i, (name, runs) in enumerate(groups.items()):
         series = [_records(r) for r in runs]
