@@ -46,18 +46,14 @@ learner step that ends past the budget.
 
 - **TRL**: ``GRPOTrainer`` from ``trl==1.16.0`` in a scratch venv (``--trl-venv``,
   default ``~/.cache/sao-gym/trl-venv``, created once: torch 2.13.0 first, then
-  trl, whose dependencies bring transformers). ``num_generations=8`` and
-  ``per_device_train_batch_size=64``: one step is 8 prompts x 8 completions;
-  ``beta=0`` (no reference model), TRL's default loss (``dapo``), no activation
-  checkpointing (TRL turns it on by default; a 4M model needs no memory saving, and
-  it would only slow TRL down), a ``TrainerCallback`` stops training when the
-  budget is spent. Generated tokens are counted in the reward function from
-  ``completion_ids`` (end-of-turn token included, as on the SAO side).
+  trl, whose dependencies bring transformers), run by ``benchmarks/vs_trl_runner.py``
+  (its settings are listed there): one step is 8 prompts x 8 completions.
 - **SAO**: ``sao-gym train``'s trainer built in-process
   (:func:`sao_gym.runtime.build.build_trainer`) from a config file written to the
   run directory (``sao.yaml``): algorithm sao, mode async, batch 64 single rollouts,
   64 concurrent episodes, warm start none, no evaluation episodes (the greedy
-  evaluation here replaces it), critic warm-up 0; a metric sink stops the trainer
+  evaluation here replaces it), critic warm-up 0, ``learner.critic_layers`` from
+  ``--sao-critic-layers`` (default: the full-size critic); a metric sink stops the trainer
   once the budget is spent (the trainer then checkpoints). The environment is
   ``vs_trl/Arith-v0`` (:class:`ArithEnv`, defined and registered below), named
   ``vs_trl:vs_trl/Arith-v0`` so that any process with ``benchmarks/`` on its
@@ -119,9 +115,7 @@ TARGET_GAIN_POINTS = 10.0
 TARGET_THROUGHPUT_RATIO = 0.75
 
 
-# ---------------------------------------------------------------------------
-# the task and its environment
-# ---------------------------------------------------------------------------
+# ---------- the environment (the task itself: vs_trl_task.py) ----------
 
 
 class ArithEnv(sao_gym.AgentEnv):
@@ -166,9 +160,7 @@ if ENV_ID not in gymnasium.registry:  # this file may run as __main__ and be imp
     sao_gym.register(ENV_ID, f"{ENV_MODULE}:ArithEnv", max_episode_steps=1)
 
 
-# ---------------------------------------------------------------------------
-# small helpers
-# ---------------------------------------------------------------------------
+# ---------- small helpers ----------
 
 
 def say(text: str) -> None:
@@ -218,9 +210,7 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> Non
                          f"--- last lines ---\n{tail}")
 
 
-# ---------------------------------------------------------------------------
-# greedy evaluation
-# ---------------------------------------------------------------------------
+# ---------- greedy evaluation ----------
 
 
 def evaluate_greedy(model_dir: str | Path) -> dict[str, Any]:
@@ -269,9 +259,7 @@ def cached_eval(model_dir: str | Path, path: Path) -> dict[str, Any]:
     return read_json(path)
 
 
-# ---------------------------------------------------------------------------
-# warm start
-# ---------------------------------------------------------------------------
+# ---------- warm start ----------
 
 
 def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
@@ -320,9 +308,7 @@ def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
     return result
 
 
-# ---------------------------------------------------------------------------
-# the SAO side (a worker process: this file with --sao-worker SPEC)
-# ---------------------------------------------------------------------------
+# ---------- the SAO side (a worker process: this file with --sao-worker SPEC) ----------
 
 
 def sao_config(spec: dict[str, Any]) -> dict[str, Any]:
@@ -404,9 +390,7 @@ def train_sao(spec: dict[str, Any], log: Path, threads: int | None) -> None:
                log, child_env(threads), "the SAO training run")
 
 
-# ---------------------------------------------------------------------------
-# the TRL side (a runner script in the TRL venv)
-# ---------------------------------------------------------------------------
+# ---------- the TRL side (a runner script in the TRL venv) ----------
 
 
 
@@ -449,9 +433,7 @@ def train_trl(spec: dict[str, Any], log: Path, threads: int | None, python: Path
                "the TRL training run")
 
 
-# ---------------------------------------------------------------------------
-# runs, sweep, report
-# ---------------------------------------------------------------------------
+# ---------- runs, sweep, report ----------
 
 
 def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes: float,

@@ -2,6 +2,13 @@
 
 Trains TRL's GRPOTrainer from SPEC's checkpoint for SPEC's wall-clock budget with the
 shared reward (:func:`vs_trl_task.score`); writes RUN_DIR/train.json and RUN_DIR/policy.
+
+``num_generations=8`` and ``per_device_train_batch_size=64``: one step is 8 prompts x 8
+completions; ``beta=0`` (no reference model), TRL's default loss (``dapo``), no activation
+checkpointing (TRL turns it on by default; a 4M model needs no memory saving, and it would
+only slow TRL down); a ``TrainerCallback`` stops training when the budget is spent.
+Generated tokens are counted in the reward function from ``completion_ids`` (end-of-turn
+token included, as on the SAO side).
 """
 import json
 import resource

@@ -178,7 +178,7 @@ def sampler_mismatch(
         ratio_BT = torch.exp(log_ratio_BT)
         count = mask.sum().clamp(min=1)
         outside = ~((ratio_BT > 1.0 - eps_low) & (ratio_BT < 1.0 + eps_high))
-        return {"approx_kl": _masked_mean((ratio_BT - 1) - log_ratio_BT, mask, count),
+        return {"approx_kl": _ratio_stats(log_ratio_BT, ratio_BT, mask)["approx_kl"],
                 "masked_share": _masked_mean(outside.to(ratio_BT.dtype), mask, count)}
 
 
