@@ -64,7 +64,7 @@ Every finished part (warm start, each sweep run, each final run) leaves its
 started over. Logs of the training processes: ``OUT/logs/``.
 
 Run (on a quiet machine: the warm start takes at most ``--warm-max-steps`` (4,000)
-supervised steps of 0.5-0.8 s each, then come 4 x 3 minutes of sweep and 2 x 10
+supervised steps of 0.5-0.8 s each, then come 6 x 3 minutes of sweep and 2 x 10
 minutes of final runs, each with a few seconds of set-up and evaluation)::
 
     .venv/bin/python benchmarks/vs_trl.py --out runs/vs-trl
@@ -90,7 +90,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
-from vs_trl_task import MAX_NEW_TOKENS, make_task, score, split_tasks
+from vs_trl_task import MAX_NEW_TOKENS, make_task, score, split_size, split_task, split_tasks
 
 import sao_gym
 from sao_gym.core import StepResult
@@ -128,7 +128,7 @@ class ArithEnv(sao_gym.AgentEnv):
 
     def __init__(self, split: str = "train"):
         super().__init__()
-        split_tasks(split)  # validates
+        split_size(split)  # validates
         self.split = split
 
     async def on_reset(self, options: dict[str, Any]) -> tuple[list[dict], dict[str, Any]]:
@@ -138,8 +138,8 @@ class ArithEnv(sao_gym.AgentEnv):
                 raise ValueError('options["task"] must be a dict with "a", "op" and "b"')
             self.task = make_task(task["a"], task["op"], task["b"])
         else:
-            tasks = split_tasks(str(options.get("split", self.split)))
-            self.task = tasks[int(self.np_random.integers(len(tasks)))]
+            split = str(options.get("split", self.split))
+            self.task = split_task(split, int(self.np_random.integers(split_size(split))))
         return [{"role": "user", "content": self.task["prompt"]}], {"task_id": self.task["id"]}
 
     async def on_step(self, action: dict[str, Any]) -> StepResult:
@@ -314,7 +314,7 @@ def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
 def sao_config(spec: dict[str, Any]) -> dict[str, Any]:
     """The `sao-gym train` config of a run (written to RUN_DIR/sao.yaml)."""
     return {
-        "algorithm": "sao", "mode": "async", "env": QUALIFIED_ENV_ID,
+        "algorithm": "sao", "mode": spec.get("mode", "async"), "env": QUALIFIED_ENV_ID,
         "env_kwargs": {"split": "train"}, "model": spec["model"],
         "total_steps": 1_000_000,  # a stop condition only: the budget ends the run
         "seed": spec["seed"],
@@ -550,8 +550,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=10.0, help="training time of each final run")
     p.add_argument("--sweep-minutes", type=float, default=3.0,
                    help="training time of each sweep run (0: no sweep, first lr of each list)")
-    p.add_argument("--lrs-trl", type=float, nargs="+", default=[2e-5, 1e-4])
-    p.add_argument("--lrs-sao", type=float, nargs="+", default=[2e-5, 1e-4])
+    p.add_argument("--lrs-trl", type=float, nargs="+", default=[2e-5, 5e-5, 1e-4])
+    p.add_argument("--lrs-sao", type=float, nargs="+", default=[2e-5, 5e-5, 1e-4])
     p.add_argument("--trl-venv", type=Path, default=DEFAULT_VENV,
                    help="scratch venv with trl (created when missing)")
     p.add_argument("--threads", type=int, default=None,

@@ -47,14 +47,32 @@ def make_task(a: int, op: str, b: int) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def _splits() -> dict[str, tuple[tuple[int, str, int], ...]]:
+def _splits() -> dict[str, tuple[dict[str, Any], ...]]:
     problems = [(a, op, b) for a in OPERANDS for op in OPERATORS for b in OPERANDS]
     random.Random(SPLIT_SEED).shuffle(problems)
-    return {"heldout": tuple(problems[:HELDOUT_SIZE]), "train": tuple(problems[HELDOUT_SIZE:])}
+    tasks = [make_task(*p) for p in problems]
+    return {"heldout": tuple(tasks[:HELDOUT_SIZE]), "train": tuple(tasks[HELDOUT_SIZE:])}
+
+
+def _split(split: str) -> tuple[dict[str, Any], ...]:
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return _splits()[split]
 
 
 def split_tasks(split: str) -> list[dict[str, Any]]:
-    """The tasks of ``split`` ("train": 600, "heldout": 200), in a fixed order."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    return [make_task(*p) for p in _splits()[split]]
+    """The tasks of ``split`` ("train": 600, "heldout": 200), in a fixed order.
+
+    Built once per process; each call returns fresh copies.
+    """
+    return [dict(t) for t in _split(split)]
+
+
+def split_size(split: str) -> int:
+    """``len(split_tasks(split))`` without copying the tasks."""
+    return len(_split(split))
+
+
+def split_task(split: str, index: int) -> dict[str, Any]:
+    """``split_tasks(split)[index]`` (a fresh copy) without copying the others."""
+    return dict(_split(split)[index])

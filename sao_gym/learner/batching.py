@@ -126,29 +126,50 @@ def _tempered(logits_NV: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits_NV if temperature == 1.0 else logits_NV / temperature
 
 
-def token_logprobs(logits_BTV: torch.Tensor, input_ids_BT: torch.Tensor,
-                   temperature: float = 1.0) -> torch.Tensor:
-    """``out[b, t] = log p_T(token t | tokens < t)``, differentiable; position 0 gets 0.
+def token_logprobs(logits_BKV: torch.Tensor, input_ids_BT: torch.Tensor,
+                   temperature: float = 1.0, start: int = 0) -> torch.Tensor:
+    """``out[b, t] = log p_T(token t | tokens < t)``, differentiable; ``[B, T]``.
 
+    ``logits_BKV`` holds the model's logits at positions ``start .. T-1`` (all
+    of them by default; a model called with ``logits_to_keep=T - start`` returns
+    just those), so ``out[:, :start + 1]`` is 0: those tokens are not scored.
     ``p_T = softmax(logits / temperature)``: the distribution the sampler drew
     from at that temperature (no top-p), so the result is comparable with the
     sampler's recorded logprobs.
     """
-    B, T, V = logits_BTV.shape
+    B, K, V = logits_BKV.shape
+    T = input_ids_BT.shape[1]
+    if start + K != T:
+        raise ValueError(f"logits cover positions {start}..{start + K - 1}, "
+                         f"the tokens 0..{T - 1}")
     nll = F.cross_entropy(
-        _tempered(logits_BTV[:, :-1].reshape(-1, V), temperature),
-        input_ids_BT[:, 1:].reshape(-1), reduction="none",
+        _tempered(logits_BKV[:, :-1].reshape(-1, V), temperature),
+        input_ids_BT[:, start + 1:].reshape(-1), reduction="none",
     )
-    return F.pad(-nll.view(B, T - 1), (1, 0))
+    return F.pad(-nll.view(B, K - 1), (start + 1, 0))
 
 
 @torch.no_grad()
-def mean_entropy(logits_BTV: torch.Tensor, mask_BT: torch.Tensor,
-                 temperature: float = 1.0) -> torch.Tensor:
-    """Mean entropy of the (tempered) next-token distributions that produced the masked tokens."""
-    sel = mask_BT[:, 1:] > 0
-    logits_NV = logits_BTV[:, :-1][sel]
+def mean_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
+                 temperature: float = 1.0, start: int = 0) -> torch.Tensor:
+    """Mean entropy of the (tempered) next-token distributions that produced the masked tokens.
+
+    ``logits_BKV`` as in :func:`token_logprobs` (positions ``start .. T-1``).
+    """
+    sel = mask_BT[:, start + 1:] > 0
+    logits_NV = logits_BKV[:, :-1][sel]
     if logits_NV.numel() == 0:
-        return logits_BTV.new_zeros(())
+        return logits_BKV.new_zeros(())
     logp_NV = torch.log_softmax(_tempered(logits_NV, temperature), dim=-1)
     return -(logp_NV.exp() * logp_NV).sum(-1).mean()
+
+
+def first_scored_position(mb: MicroBatch) -> int:
+    """The last position whose logits a micro-batch's loss needs none before.
+
+    Action tokens are scored from the logits one position earlier, so a model
+    may return logits from ``first action token - 1`` on (the earliest over the
+    rows): ``logits_to_keep = T - first_scored_position(mb)``.
+    """
+    first = mb.action_mask_BT.argmax(dim=1)  # each row has an action token (collate)
+    return max(0, int(first.min()) - 1)

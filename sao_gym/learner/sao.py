@@ -35,6 +35,7 @@ with the sampler's ``temperature``, the distribution the tokens were drawn from.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -56,6 +57,7 @@ from sao_gym.learner.algorithms import ALGORITHMS as ALGORITHM_RECORDS
 from sao_gym.learner.algorithms import Algorithm
 from sao_gym.learner.batching import (
     MicroBatch,
+    first_scored_position,
     mean_entropy,
     micro_batches,
     split_minibatches,
@@ -183,6 +185,7 @@ class Learner:
         self.tokenizer = tokenizer
         self.config = config
         self.policy = policy
+        self._keeps_logits = "logits_to_keep" in inspect.signature(policy.forward).parameters
         self.critic = critic
         self.pad_id = pad_id
         self.temperature = float(temperature)
@@ -396,11 +399,19 @@ class Learner:
                     "critic/grad_norm": sum(norms) / len(norms), **m.means()} if updates else {})
         return advantages, returns, values, metrics
 
-    def _logits(self, mb: MicroBatch) -> torch.Tensor:
+    def _logits(self, mb: MicroBatch) -> tuple[torch.Tensor, int]:
+        """``(logits, start)``: the policy's logits at positions ``start .. T-1``.
+
+        Only the positions that score action tokens are kept (``logits_to_keep``,
+        where the model has it): the LM head and the softmax skip the prompt.
+        """
         dev = self.config.device
+        start = first_scored_position(mb) if self._keeps_logits else 0
+        keep = {"logits_to_keep": mb.input_ids_BT.shape[1] - start} if self._keeps_logits else {}
         with self._autocast():
-            return self.policy(input_ids=mb.input_ids_BT.to(dev),
-                               attention_mask=mb.attention_mask_BT.to(dev)).logits
+            logits = self.policy(input_ids=mb.input_ids_BT.to(dev),
+                                 attention_mask=mb.attention_mask_BT.to(dev), **keep).logits
+        return logits, start
 
     def _autocast(self):
         """``torch.autocast`` to ``config.autocast`` (a no-op when it is None)."""
@@ -409,8 +420,11 @@ class Learner:
                               dtype=getattr(torch, dtype or "bfloat16"),
                               enabled=dtype is not None)
 
-    def _logprobs(self, mb: MicroBatch, logits: torch.Tensor) -> torch.Tensor:
-        return token_logprobs(logits, mb.input_ids_BT.to(logits.device), self.temperature).cpu()
+    def _logprobs(self, mb: MicroBatch, scored: tuple[torch.Tensor, int]) -> torch.Tensor:
+        """``[B, T]`` logprobs of a micro-batch's tokens from :meth:`_logits` (0 before start)."""
+        logits, start = scored
+        return token_logprobs(logits, mb.input_ids_BT.to(logits.device), self.temperature,
+                              start).cpu()
 
     def _train_policy(self, rollouts: Sequence[Rollout],
                       advantages: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -441,8 +455,8 @@ class Learner:
             part_loss = 0.0
             for mb, ref in zip(part, part_reference, strict=True):
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
-                logits = self._logits(mb)
-                logprobs = self._logprobs(mb, logits)
+                scored = self._logits(mb)
+                logprobs = self._logprobs(mb, scored)
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT,
                                                 mb.action_mask_BT, num_tokens=n_tok,
@@ -455,8 +469,9 @@ class Learner:
                 m.add(stats, weight, "sao/")
                 m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT,
                                               mb.action_mask_BT), weight, "mismatch/")
+                logits, start = scored
                 entropy = mean_entropy(logits, mb.action_mask_BT.to(logits.device),
-                                       self.temperature)
+                                       self.temperature, start)
                 m.add({"entropy": entropy}, weight, "policy/")
             norms.append(self._optimizer_step(self.policy, self.policy_opt,
                                               finite=math.isfinite(part_loss)))

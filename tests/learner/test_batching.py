@@ -8,6 +8,7 @@ import torch
 from sao_gym.inference.sampling import sample_next
 from sao_gym.learner.batching import (
     collate,
+    first_scored_position,
     mean_entropy,
     micro_batches,
     plan_micro_batches,
@@ -117,3 +118,28 @@ def test_docstring_examples():
 
     result = doctest.testmod(batching)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_logits_of_the_scored_positions_only_give_the_same_logprobs_and_entropy():
+    torch.manual_seed(2)
+    logits = torch.randn(2, 7, 11)
+    ids = torch.randint(0, 11, (2, 7))
+    mask = torch.tensor([[0, 0, 0, 1, 1, 0, 1], [0, 0, 0, 0, 1, 1, 0]])
+    full = token_logprobs(logits, ids, temperature=0.8)
+    for start in (0, 1, 2):
+        part = token_logprobs(logits[:, start:], ids, temperature=0.8, start=start)
+        assert (part[:, :start + 1] == 0).all()
+        torch.testing.assert_close(part[:, start + 1:], full[:, start + 1:])
+        assert mean_entropy(logits[:, start:], mask, 0.8, start).item() == pytest.approx(
+            mean_entropy(logits, mask, 0.8).item(), abs=1e-6)
+    with pytest.raises(ValueError, match="positions"):
+        token_logprobs(logits[:, 2:], ids, start=1)
+
+
+def test_first_scored_position_is_one_before_the_earliest_action_token():
+    rows = [segments_rollout([([5, 6, 7, 8], False), ([9, 10], True)], 1.0),
+            segments_rollout([([5, 6, 7], False), ([9], True), ([4], False), ([3], True)], 0.0)]
+    (mb,) = micro_batches(rows, 1 << 10)
+    assert first_scored_position(mb) == 2  # row 2's first action token sits at 3
+    (mb,) = micro_batches([segments_rollout([([9], True)], 1.0)], 1 << 10)
+    assert first_scored_position(mb) == 0

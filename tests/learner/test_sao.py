@@ -540,10 +540,10 @@ def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, ca
     fp32 = build_learner("sao", tiny_model_path, LearnerConfig())
     rollouts = _batch(fp32.policy, 2, seed=9)
     mb = micro_batches(rollouts, 4096)[0]
-    logits = bf16._logits(mb)
-    assert logits.dtype == torch.bfloat16 and bf16._values_after(mb).dtype == torch.float32
+    scored = bf16._logits(mb)
+    assert scored[0].dtype == torch.bfloat16 and bf16._values_after(mb).dtype == torch.float32
     mask = mb.action_mask_BT > 0
-    err = (bf16._logprobs(mb, logits) - fp32._logprobs(mb, fp32._logits(mb)))[mask].abs()
+    err = (bf16._logprobs(mb, scored) - fp32._logprobs(mb, fp32._logits(mb)))[mask].abs()
     assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
 
@@ -566,3 +566,23 @@ def test_shallow_critic_trains_saves_and_resumes(tiny_model_path, tmp_path):
     assert torch.allclose(a.critic(ids, torch.ones_like(ids)), b.critic(ids, torch.ones_like(ids)))
     with pytest.raises(ValueError, match="critic_layers"):
         LearnerConfig(critic_layers=0)
+
+
+def test_policy_logits_skip_the_prompt_without_changing_the_update(tiny_model_path):
+    """``logits_to_keep`` from the earliest scored position: same step as full logits."""
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0)
+    kept, full = (build_learner("sao", tiny_model_path, cfg) for _ in range(2))
+    full._keeps_logits = False
+    assert kept._keeps_logits  # Qwen2 has logits_to_keep
+    rollouts = _batch(kept.policy, 6, seed=4)
+    (mb,) = micro_batches(rollouts, 1 << 16, kept.pad_id)
+    logits, start = kept._logits(mb)
+    first_action = min(r.loss_mask.index(1) for r in rollouts)
+    assert start == first_action - 1 > 0
+    assert logits.shape[1] == mb.input_ids_BT.shape[1] - start
+    m_kept, m_full = kept.update(rollouts), full.update(rollouts)
+    for key in ("loss/policy", "policy/entropy", "mismatch/approx_kl", "loss/value"):
+        assert m_kept[key] == pytest.approx(m_full[key], rel=1e-5, abs=1e-7), key
+    for (name, a), b in zip(kept.policy.named_parameters(), full.policy.parameters(),
+                            strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
