@@ -442,6 +442,8 @@ def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes
     name = f"{phase}-{side}-lr{lr:g}"
     if side == "sao" and args.sao_critic_layers is not None:
         name += f"-critic{args.sao_critic_layers}L"
+    seed = args.final_seed if phase == "final" else args.seed
+    name += f"-seed{seed}" if seed != args.seed else ""
     run_dir = args.out / "runs" / name
     if (run_dir / "result.json").exists():
         return read_json(run_dir / "result.json")
@@ -451,7 +453,7 @@ def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes
         run_dir.mkdir(parents=True)
         say(f"{name}: training {minutes:g} min from the warm checkpoint")
         spec = {"run_dir": str(run_dir), "model": warm["model"], "lr": lr,
-                "seconds": minutes * 60, "seed": args.seed,
+                "seconds": minutes * 60, "seed": seed,
                 "critic_layers": args.sao_critic_layers}
         log = args.out / "logs" / f"{name}.log"
         if side == "sao":
@@ -533,13 +535,14 @@ def report(args: argparse.Namespace, warm: dict[str, Any], trl: dict[str, Any],
                "throughput_ratio": ratio, "throughput_met": ratio >= TARGET_THROUGHPUT_RATIO}
     text = table(trl, sao, targets, sweep)
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    write_json(args.out / "results.json", {
+    tag = f"-seed{args.final_seed}" if args.final_seed != args.seed else ""
+    write_json(args.out / f"results{tag}.json", {
         "settings": settings, "warm_start": {k: v for k, v in warm.items() if k != "eval"},
         "accuracy_before": warm["eval"]["accuracy"], "trl": trl, "sao": sao,
         "targets": targets, "sweep": sweep})
-    (args.out / "table.md").write_text(text)
+    (args.out / f"table{tag}.md").write_text(text)
     print("\n" + text, flush=True)
-    say(f"wrote {args.out / 'results.json'} and {args.out / 'table.md'}")
+    say(f"wrote {args.out / f'results{tag}.json'} and {args.out / f'table{tag}.md'}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -547,6 +550,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="where every part and the report go")
     p.add_argument("--seed", type=int, default=0, help="model, warm start and both trainers")
+    p.add_argument("--final-seed", type=int, default=None,
+                   help="trainer seed of the final runs (default --seed): repeats them from "
+                        "the same warm start and sweep; report in results-seedN.json")
     p.add_argument("--minutes", type=float, default=10.0, help="training time of each final run")
     p.add_argument("--sweep-minutes", type=float, default=3.0,
                    help="training time of each sweep run (0: no sweep, first lr of each list)")
@@ -561,6 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-max-steps", type=int, default=4000,
                    help="most supervised warm-start steps")
     args = p.parse_args(argv)
+    args.final_seed = args.seed if args.final_seed is None else args.final_seed
     if args.minutes <= 0 or args.sweep_minutes < 0:
         p.error("--minutes must be > 0 and --sweep-minutes >= 0")
     return args
