@@ -314,7 +314,7 @@ def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
 def sao_config(spec: dict[str, Any]) -> dict[str, Any]:
     """The `sao-gym train` config of a run (written to RUN_DIR/sao.yaml)."""
     return {
-        "algorithm": "sao", "mode": spec.get("mode", "async"), "env": QUALIFIED_ENV_ID,
+        "algorithm": "sao", "mode": "async", "env": QUALIFIED_ENV_ID,
         "env_kwargs": {"split": "train"}, "model": spec["model"],
         "total_steps": 1_000_000,  # a stop condition only: the budget ends the run
         "seed": spec["seed"],

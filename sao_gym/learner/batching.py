@@ -165,11 +165,11 @@ def mean_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
 
 
 def first_scored_position(mb: MicroBatch) -> int:
-    """The last position whose logits a micro-batch's loss needs none before.
+    """The first position whose logits a micro-batch's loss reads.
 
-    Action tokens are scored from the logits one position earlier, so a model
-    may return logits from ``first action token - 1`` on (the earliest over the
-    rows): ``logits_to_keep = T - first_scored_position(mb)``.
+    An action token at ``t`` is scored from the logits at ``t - 1``, so the
+    loss needs logits from one before the earliest action token of any row on:
+    ``logits_to_keep = T - first_scored_position(mb)``.
     """
     first = mb.action_mask_BT.argmax(dim=1)  # each row has an action token (collate)
     return max(0, int(first.min()) - 1)

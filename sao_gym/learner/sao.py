@@ -405,9 +405,10 @@ class Learner:
         Only the positions that score action tokens are kept (``logits_to_keep``,
         where the model has it): the LM head and the softmax skip the prompt.
         """
-        dev = self.config.device
-        start = first_scored_position(mb) if self._keeps_logits else 0
-        keep = {"logits_to_keep": mb.input_ids_BT.shape[1] - start} if self._keeps_logits else {}
+        dev, start, keep = self.config.device, 0, {}
+        if self._keeps_logits:
+            start = first_scored_position(mb)
+            keep = {"logits_to_keep": mb.input_ids_BT.shape[1] - start}
         with self._autocast():
             logits = self.policy(input_ids=mb.input_ids_BT.to(dev),
                                  attention_mask=mb.attention_mask_BT.to(dev), **keep).logits
@@ -455,7 +456,7 @@ class Learner:
             part_loss = 0.0
             for mb, ref in zip(part, part_reference, strict=True):
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
-                scored = self._logits(mb)
+                logits, start = scored = self._logits(mb)
                 logprobs = self._logprobs(mb, scored)
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT,
@@ -469,7 +470,6 @@ class Learner:
                 m.add(stats, weight, "sao/")
                 m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT,
                                               mb.action_mask_BT), weight, "mismatch/")
-                logits, start = scored
                 entropy = mean_entropy(logits, mb.action_mask_BT.to(logits.device),
                                        self.temperature, start)
                 m.add({"entropy": entropy}, weight, "policy/")
