@@ -19,6 +19,7 @@ continuation of it (ChatML templates are), and is checked.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,7 @@ class LLMAgent:
         self._pending: list[Message] = []
         self._last_stop_text: str | None = None
         self._turn = 0
+        self._session = uuid.uuid4().hex
 
     # ----- Agent protocol -----
     def reset(self, observation: list[Message], info: dict[str, Any]) -> None:
@@ -110,7 +112,8 @@ class LLMAgent:
         self._append_observation(delta)
         self._pending = []
         seed = None if self.seed is None else self.seed * 100_003 + self._turn
-        params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed)
+        params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed,
+                                session_id=self._session)
         gen = await self.backend.generate(list(self._ids), params)
         self._ids += gen.token_ids
         self._mask += [1] * len(gen.token_ids)

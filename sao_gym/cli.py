@@ -12,6 +12,8 @@ Subcommands:
                               write PNG learning curves of runs' metrics.jsonl
     bench async-vs-sync [--set key=value ...] [--repeats N]
                               training throughput of async vs sync mode
+    serve MODEL [--port P] [--host H] [--served-model-name NAME] [--max-batch-size N]
+                              serve a model over vLLM's RL protocol (HFBackend, no vLLM)
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
     tasks make-code-repo --package NAME [--out FILE] [--max-tasks N] [--seed S]
@@ -123,9 +125,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     console.print(f"[bold]sao-gym train[/]: {config.algorithm} ({config.mode}) on {config.env}, "
                   f"model {config.model}, {config.total_steps} steps -> {run_dir}")
-    with ProgressDisplay(config.total_steps, console=console) as display:
-        result = train(config, run_dir, resume=bool(args.resume), display=display,
-                       say=lambda text: console.print(f"[dim]{text}[/]"))
+    from sao_gym.inference.base import InferenceError
+    from sao_gym.runtime.source import RolloutsFailing
+
+    try:
+        with ProgressDisplay(config.total_steps, console=console) as display:
+            result = train(config, run_dir, resume=bool(args.resume), display=display,
+                           say=lambda text: console.print(f"[dim]{text}[/]"))
+    except (InferenceError, RolloutsFailing) as e:
+        print(f"error: {e}", file=sys.stderr)
+        if (run_dir / "checkpoints").is_dir():
+            print(f"(checkpoints kept: `sao-gym train --resume {run_dir}` continues)",
+                  file=sys.stderr)
+        return 1
     _print_result(result)
     return 0
 
@@ -257,6 +269,29 @@ def _cmd_bench_async_vs_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    missing = _missing_train_extra()
+    if missing:
+        print(missing, file=sys.stderr)
+        return 2
+    from sao_gym.inference.server import serve
+    from sao_gym.runtime.job import resolve_model
+
+    logging.getLogger("sao_gym").setLevel(logging.INFO)
+    try:
+        path = resolve_model(args.model, Path(tempfile.mkdtemp(prefix="sao-gym-serve-")),
+                             args.seed or 0)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"serving {path} as {args.served_model_name!r} on http://{args.host}:{args.port}",
+          flush=True)
+    serve(path, host=args.host, port=args.port, served_model_name=args.served_model_name,
+          max_batch_size=args.max_batch_size, max_model_len=args.max_model_len, seed=args.seed,
+          dtype=args.dtype)
+    return 0
+
+
 def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
     from sao_gym.sandbox.base import SandboxUnavailable
     from sao_gym.sandbox.image import build_image
@@ -343,6 +378,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override the benchmark's train config (see sao_gym.runtime.bench)")
     avs.add_argument("--repeats", type=int, default=1, help="alternating runs per mode")
     avs.set_defaults(fn=_cmd_bench_async_vs_sync)
+    srv = sub.add_parser("serve", help="serve a model over HTTP with vLLM's RL routes "
+                         "(completions with token ids and logprobs, pause/resume, reload)")
+    srv.add_argument("model", help="a Hugging Face checkpoint directory, `tiny` or `smollm2`")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8000)
+    srv.add_argument("--served-model-name", default="policy")
+    srv.add_argument("--max-batch-size", type=int, default=32,
+                     help="most sequences decoded together")
+    srv.add_argument("--max-model-len", type=int, default=None,
+                     help="context limit (default: the model's positions)")
+    srv.add_argument("--dtype", default="float32")
+    srv.add_argument("--seed", type=int, default=None,
+                     help="stream of requests sent without a seed")
+    srv.set_defaults(fn=_cmd_serve)
     sandbox = sub.add_parser("sandbox", help="sandbox maintenance")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     build = sandbox_sub.add_parser("build-image", help="build the DockerSandbox image offline "

@@ -105,6 +105,10 @@ class SamplingParams:
     """Generation stops after sampling any of these (the stop token is kept)."""
     seed: int | None = None
     """Seed of this request's own random stream; ``None`` uses the backend's stream."""
+    session_id: str | None = None
+    """The episode this request belongs to: a backend that spreads requests over several
+    servers sends a session's requests to one server (whose prefix cache holds the
+    context). Single-engine backends ignore it."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

@@ -46,3 +46,7 @@ class InferenceBackend(Protocol):
 
 class BackendClosed(RuntimeError):
     """Raised by ``generate`` on a backend that has been closed."""
+
+
+class InferenceError(RuntimeError):
+    """Inference cannot go on: servers down or misconfigured, an engine that did not start."""

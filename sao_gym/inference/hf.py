@@ -41,7 +41,6 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -49,6 +48,7 @@ import torch
 from sao_gym.inference.base import BackendClosed
 from sao_gym.inference.hf_batch import DecodeBatch, ModelRunner
 from sao_gym.inference.sampling import sample_next
+from sao_gym.inference.weights import load_weights_dir
 from sao_gym.types import Generation, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -124,20 +124,6 @@ def _resolve(
         loop.call_soon_threadsafe(_set)
     except RuntimeError:  # the loop is closed: nobody is waiting any more
         pass
-
-
-def load_weights_dir(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
-    """Read every ``*.safetensors`` file of a checkpoint directory into one state dict."""
-    from safetensors.torch import load_file
-
-    p = Path(path)
-    files = sorted(p.glob("*.safetensors")) if p.is_dir() else []
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors weights in checkpoint directory {p}")
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    return state
 
 
 class HFBackend:

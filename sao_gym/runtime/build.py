@@ -90,12 +90,43 @@ def eval_settings(config: TrainConfig) -> dict[str, Any]:
             "max_batch_size": config.inference.max_batch_size}
 
 
-def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int) -> Any:
-    """The inference backend named by ``inference.backend``, serving ``model_path``."""
-    from sao_gym.inference.hf import HFBackend
+def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int,
+                  run_dir: str | Path | None = None) -> Any:
+    """The inference backend named by ``inference.backend``, serving ``model_path``.
 
-    return HFBackend(model_path, max_batch_size=config.inference.max_batch_size, seed=seed,
-                     policy_version=version)
+    ``vllm_server`` with ``inference.launch: N`` starts N local servers here
+    (their logs in ``run_dir/servers``); the backend stops them when closed.
+    State dicts are published for servers under ``run_dir/weights``.
+    """
+    inf = config.inference
+    if inf.backend == "hf":
+        from sao_gym.inference.hf import HFBackend
+
+        return HFBackend(model_path, max_batch_size=inf.max_batch_size, seed=seed,
+                         policy_version=version)
+    max_model_len = inf.max_model_len or config.rollout.max_context_tokens
+    if inf.backend == "vllm":
+        from sao_gym.inference.vllm import VLLMBackend
+
+        return VLLMBackend(model_path, seed=seed, policy_version=version,
+                           max_model_len=max_model_len)
+    from sao_gym.inference.launch import LocalServers
+    from sao_gym.inference.vllm_server import VLLMServerBackend
+
+    work = Path(run_dir) if run_dir is not None else None
+    urls, servers = list(inf.urls), None
+    if not urls:
+        servers = LocalServers(model_path, inf.launch, kind=inf.server, python=inf.server_python,
+                               log_dir=(work or Path(".")) / "servers",
+                               max_model_len=max_model_len, served_model_name=inf.model_name,
+                               max_batch_size=inf.max_batch_size,
+                               startup_timeout_s=inf.startup_timeout_s)
+        urls = servers.start()
+    return VLLMServerBackend(urls, model=inf.model_name, policy_version=version,
+                             sync_dir=work / "weights" if work is not None else None,
+                             read_timeout_s=inf.read_timeout_s,
+                             initial_weights=model_path if inf.urls else None,
+                             on_close=servers.stop if servers is not None else None)
 
 
 def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any) -> Callable[[], Any]:
@@ -143,7 +174,7 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     elif not resume:
         save_config(config, run_dir / "config.yaml")
     backend = build_backend(config, serve_from, version=learner.policy_version,
-                            seed=config.seed + learner.steps_done)
+                            seed=config.seed + learner.steps_done, run_dir=run_dir)
     make_agent = agent_factory(config, backend, AutoTokenizer.from_pretrained(policy_path))
 
     async def play(seed: int):

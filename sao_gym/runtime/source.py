@@ -38,7 +38,10 @@ the learner trains while nothing runs, repeat.
 **Failures.** An infra-failure episode is never delivered; it is counted and
 retried (same group, its admission version kept) up to ``max_infra_retries``
 times; then its whole group is dropped: its running members are cancelled,
-its admission slots are released, and nothing more of it is retried.
+its admission slots are released, and nothing more of it is retried. When
+``max_failures_in_a_row`` episodes in a row fail (nothing works: every
+inference server is down, the environment cannot start), :meth:`next_batch`
+raises :class:`RolloutsFailing` instead of retrying forever.
 
 **Task stream.** Group ``g`` plays seed ``seed + g`` (each of its members
 resets with that seed, hence the same task); the seed is also its
@@ -57,6 +60,10 @@ from dataclasses import dataclass, field
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
+
+class RolloutsFailing(RuntimeError):
+    """Every recent episode failed; training cannot go on (the message says how)."""
+
 
 PlayFn = Callable[[int], Awaitable[Rollout]]
 """``play(seed) -> Rollout``: one whole episode on the task of ``seed``, errors as data."""
@@ -103,12 +110,15 @@ class RolloutSource:
         max_infra_retries: retries of a failed episode before its group is dropped.
         seed: first task seed.
         version: the policy version now (nonzero on resume).
+        max_failures_in_a_row: consecutive infra failures that end the run
+            (default: ``max(16, 2 * concurrency)``).
 
     """
 
     def __init__(self, play: PlayFn, *, batch_size: int, group_size: int = 1,
                  concurrency: int, max_staleness: int, max_versions_per_step: int = 1,
-                 max_infra_retries: int = 3, seed: int = 0, version: int = 0):
+                 max_infra_retries: int = 3, seed: int = 0, version: int = 0,
+                 max_failures_in_a_row: int | None = None):
         if batch_size < 1 or group_size < 1 or batch_size % group_size:
             raise ValueError(f"batch_size ({batch_size}) must be a positive multiple of "
                              f"group_size ({group_size})")
@@ -121,6 +131,9 @@ class RolloutSource:
         self.concurrency = concurrency
         self.max_staleness, self.max_versions_per_step = max_staleness, max_versions_per_step
         self.max_infra_retries = max_infra_retries
+        self.max_failures_in_a_row = max_failures_in_a_row or max(16, 2 * concurrency)
+        self._failures_in_a_row = 0
+        self._fatal: RolloutsFailing | None = None
         self.version = version
         self.counters = SourceCounters()
         self._next_seed = seed
@@ -163,9 +176,14 @@ class RolloutSource:
         """Wait for the next batch allowed by the rule; hand it out (module docs).
 
         Call :meth:`step_done` when the learner step it feeds has finished.
+        Raises :class:`RolloutsFailing` once ``max_failures_in_a_row``
+        episodes in a row have failed.
         """
         async with self._changed:
-            await self._changed.wait_for(lambda: self._pick() is not None)
+            await self._changed.wait_for(lambda: self._fatal is not None
+                                         or self._pick() is not None)
+            if self._fatal is not None:
+                raise self._fatal
             batch = self._pick()
             assert batch is not None
             for g in batch:
@@ -235,7 +253,8 @@ class RolloutSource:
     async def _worker(self) -> None:
         while True:
             async with self._changed:
-                await self._changed.wait_for(lambda: bool(self._work) or self._admissible())
+                await self._changed.wait_for(lambda: self._fatal is None
+                                             and (bool(self._work) or self._admissible()))
                 group, member = self._take()  # type: ignore[misc]
                 task = asyncio.ensure_future(self.play(group.seed))
                 group.running[member] = task
@@ -253,8 +272,17 @@ class RolloutSource:
             logger.error("episode on seed %d raised", group.seed, exc_info=task.exception())
         if rollout is not None and not rollout.infra_failure:
             group.members[member] = dataclasses.replace(rollout, group_id=group.seed)
+            self._failures_in_a_row = 0
             return
         self.counters.infra_failures += 1
+        self._failures_in_a_row += 1
+        if self._failures_in_a_row >= self.max_failures_in_a_row and self._fatal is None:
+            how = rollout.stop_reason.value if rollout is not None else "raised"
+            self._fatal = RolloutsFailing(
+                f"{self._failures_in_a_row} episodes in a row failed (the last: {how}, seed "
+                f"{group.seed}); stopping. The log above says why (e.g. no inference server "
+                "left, an environment that cannot start).")
+            logger.error("%s", self._fatal)
         if group.attempts[member] < self.max_infra_retries:
             group.attempts[member] += 1
             self._work.appendleft((group, member))

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from sao_gym.runtime.source import RolloutSource
+from sao_gym.runtime.source import RolloutsFailing, RolloutSource
 from sao_gym.types import Rollout
 from sao_gym.utils.memory import release_free_memory, rss_mb
 
@@ -89,6 +89,20 @@ def batch_metrics(batch: list[Rollout], version: int) -> dict[str, float]:
     }
 
 
+def without_empty_groups(batch: list[Rollout]) -> list[Rollout]:
+    """``batch`` less the groups holding a rollout without action tokens (nothing to train).
+
+    Such a rollout comes from a prompt that left no room to sample
+    (``rollout.max_context_tokens``); its whole group goes, so grouped
+    algorithms still see full groups.
+    """
+    def key(r: Rollout) -> object:
+        return r.group_id if r.group_id is not None else id(r)
+
+    empty = {key(r) for r in batch if not r.num_action_tokens}
+    return [r for r in batch if key(r) not in empty]
+
+
 class Trainer:
     """One training run from injected parts (see module docs).
 
@@ -112,6 +126,7 @@ class Trainer:
         self._checkpointed_step = learner.steps_done
         self._stop = asyncio.Event()
         self.nonfinite_steps = 0
+        self._empty_batches = 0
         self.last_checkpoint: Path | None = None
         self.loop_seconds = 0.0
         """Wall time of the training loop (set when it ends; excludes set-up)."""
@@ -157,7 +172,20 @@ class Trainer:
     async def _train(self, batch: list[Rollout]) -> None:
         stats = batch_metrics(batch, self.learner.policy_version)
         queued, in_flight = self.source.queued, self.source.in_flight
-        metrics = await asyncio.to_thread(self._update, batch)
+        trainable = without_empty_groups(batch)
+        if not trainable:
+            self._empty_batches += 1
+            logger.warning("a batch of %d rollouts had no action tokens to train on: skipped",
+                           len(batch))
+            await self.source.step_done(self.learner.policy_version)
+            if self._empty_batches >= 3:
+                raise RolloutsFailing(
+                    "3 batches in a row had no action tokens to train on: the prompts leave no "
+                    "room to sample (raise rollout.max_context_tokens)")
+            return
+        self._empty_batches = 0
+        metrics = await asyncio.to_thread(self._update, trainable)
+        metrics["rollout/untrainable"] = float(len(batch) - len(trainable))
         version = self.learner.policy_version
         await self.backend.update_weights(self.learner.weights(), version)
         await self.source.step_done(version)

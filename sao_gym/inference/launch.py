@@ -1,0 +1,197 @@
+"""Starting and stopping local inference servers: :class:`LocalServers`.
+
+``inference.launch: N`` makes the trainer start N servers on 127.0.0.1 (free
+ports), wait until each answers ``/v1/models``, and stop them at the end.
+A server is ``vllm serve`` (run as ``python -m
+vllm.entrypoints.openai.api_server`` with the flags RL needs, see
+:func:`vllm_command`) or ``sao-gym serve`` (:func:`sao_serve_command`).
+Each server's output goes to ``log_dir/server-<i>.log``; a server that exits
+or does not come up in time raises :class:`LaunchError` with the end of its
+log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from sao_gym.inference.base import InferenceError
+
+logger = logging.getLogger(__name__)
+
+
+class LaunchError(InferenceError):
+    """A local server did not start."""
+
+
+def has_vllm(python: str) -> bool:
+    """Whether ``python`` can import vllm (without importing it here)."""
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+        return done.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def vllm_command(python: str, model: str, port: int, *, served_model_name: str = "policy",
+                 max_model_len: int, dtype: str = "float32", host: str = "127.0.0.1"
+                 ) -> list[str]:
+    """``vllm serve`` with what RL needs.
+
+    ``--logprobs-mode processed_logprobs``: logprobs after temperature (the
+    sampler's); ``--generation-config vllm``: no sampling defaults from the
+    checkpoint; ``--enforce-eager``: no graph capture (fast start, CPU builds).
+    The environment must also set ``VLLM_SERVER_DEV_MODE=1`` (the
+    weight-update routes): :class:`LocalServers` does.
+    """
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+            "--host", host, "--port", str(port), "--dtype", dtype, "--enforce-eager",
+            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+            "--max-model-len", str(max_model_len), "--served-model-name", served_model_name]
+
+
+def sao_serve_command(python: str, model: str, port: int, *, served_model_name: str = "policy",
+                      max_model_len: int, max_batch_size: int = 32, host: str = "127.0.0.1"
+                      ) -> list[str]:
+    """``sao-gym serve`` on the same protocol (HFBackend in the server process)."""
+    return [python, "-m", "sao_gym.cli", "serve", model, "--host", host, "--port", str(port),
+            "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
+            "--max-batch-size", str(max_batch_size)]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalServers:
+    """N inference servers of ``model`` on 127.0.0.1, as child processes.
+
+    Args:
+        model: checkpoint directory the servers load.
+        n: how many.
+        kind: ``vllm``, ``sao`` or ``auto`` (vLLM when ``python`` can import it).
+        python: the interpreter that runs them (default: this one).
+        log_dir: where their logs go.
+        max_model_len: their context limit.
+        max_batch_size: rows a ``sao-gym serve`` decodes together.
+        startup_timeout_s: longest wait for all of them.
+
+    """
+
+    def __init__(self, model: str, n: int, *, kind: str = "auto", python: str | None = None,
+                 log_dir: str | os.PathLike[str], max_model_len: int, served_model_name: str =
+                 "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0):
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if kind not in ("auto", "vllm", "sao"):
+            raise ValueError(f"kind must be auto, vllm or sao, got {kind!r}")
+        self.python = python or sys.executable
+        if kind == "auto":
+            kind = "vllm" if has_vllm(self.python) else "sao"
+        self.model, self.n, self.kind = model, n, kind
+        self.log_dir = Path(log_dir)
+        self.max_model_len, self.served_model_name = max_model_len, served_model_name
+        self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
+        self.procs: list[subprocess.Popen] = []
+        self.urls: list[str] = []
+
+    def start(self) -> list[str]:
+        """Start all servers and wait until they answer; return their base URLs."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        for i in range(self.n):
+            port = free_port()
+            if self.kind == "vllm":
+                cmd = vllm_command(self.python, self.model, port, max_model_len=self.max_model_len,
+                                   served_model_name=self.served_model_name)
+            else:
+                cmd = sao_serve_command(self.python, self.model, port,
+                                        max_model_len=self.max_model_len,
+                                        served_model_name=self.served_model_name,
+                                        max_batch_size=self.max_batch_size)
+            log = open(self.log_dir / f"server-{i}.log", "wb")  # noqa: SIM115 - the child owns it
+            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                               env=env, start_new_session=True))
+            log.close()
+            self.urls.append(f"http://127.0.0.1:{port}")
+        logger.info("starting %d %s server(s): %s", self.n, self.kind, ", ".join(self.urls))
+        try:
+            self._wait()
+        except BaseException:
+            self.stop()
+            raise
+        return list(self.urls)
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        pending = dict(enumerate(self.urls))
+        while pending:
+            for i, url in list(pending.items()):
+                code = self.procs[i].poll()
+                if code is not None:
+                    raise LaunchError(f"{self.kind} server {i} exited with {code} before it "
+                                      f"answered:\n{self.log_tail(i)}")
+                try:
+                    with urllib.request.urlopen(url + "/v1/models", timeout=5) as r:
+                        if r.status == 200:
+                            del pending[i]
+                except (urllib.error.URLError, OSError):
+                    pass
+            if pending and time.monotonic() > deadline:
+                raise LaunchError(f"{self.kind} server(s) {sorted(pending)} did not answer within "
+                                  f"{self.startup_timeout_s:.0f} s:\n{self.log_tail(min(pending))}")
+            if pending:
+                time.sleep(0.5)
+
+    def log_tail(self, i: int, lines: int = 30) -> str:
+        """The last ``lines`` lines of server ``i``'s log."""
+        path = self.log_dir / f"server-{i}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill(self, i: int) -> None:
+        """SIGKILL server ``i`` and its children (for fault tests)."""
+        try:
+            os.killpg(self.procs[i].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.procs[i].wait()
+
+    def stop(self) -> None:
+        """Stop every server: SIGTERM to its process group, SIGKILL after 15 s (idempotent)."""
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 15
+        for i, p in enumerate(self.procs):
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.kill(i)
+
+    def __enter__(self) -> LocalServers:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["LaunchError", "LocalServers", "free_port", "has_vllm", "sao_serve_command",
+           "vllm_command"]

