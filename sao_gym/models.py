@@ -435,6 +435,35 @@ def smollm2(save_dir: str | Path) -> str:
     return str(save_path)
 
 
+CHAT_TEMPLATES = {"chatml": CHATML_TOOLS_TEMPLATE, "compact": COMPACT_TOOLS_TEMPLATE}
+"""Chat templates a run can put on its model (``chat_template`` in the config)."""
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                    "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
+
+
+def with_chat_template(path: str | Path, name: str, out_dir: str | Path) -> str:
+    """``path``'s checkpoint with chat template ``name`` (a key of :data:`CHAT_TEMPLATES`).
+
+    ``out_dir`` gets links to the weights and configs and its own tokenizer
+    files; the checkpoint itself is not touched. Returns ``out_dir``.
+    """
+    from transformers import AutoTokenizer
+
+    if name not in CHAT_TEMPLATES:
+        raise ValueError(f"unknown chat template {name!r}; known: {sorted(CHAT_TEMPLATES)}")
+    src, out = Path(path).resolve(), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        link = out / f.name
+        if f.name not in _TOKENIZER_FILES and not link.exists():
+            link.symlink_to(f)
+    tokenizer = AutoTokenizer.from_pretrained(src)
+    tokenizer.chat_template = CHAT_TEMPLATES[name]
+    tokenizer.save_pretrained(out)
+    return str(out)
+
+
 # ---------------------------------------------------------------------------
 # load_policy
 # ---------------------------------------------------------------------------

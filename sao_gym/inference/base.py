@@ -9,6 +9,7 @@ while generations are in flight. Backends: :class:`~sao_gym.inference.hf.HFBacke
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -42,6 +43,22 @@ class InferenceBackend(Protocol):
     async def aclose(self) -> None:
         """Release the model and worker threads. Idempotent."""
         ...
+
+
+def prompt_list(prompt_ids: Sequence[int], params: Any) -> list[int]:
+    """``prompt_ids`` as a list of ints; ``ValueError`` if empty or not integers.
+
+    Also checks that ``params`` is a :class:`SamplingParams` (``TypeError``).
+    """
+    if not isinstance(params, SamplingParams):
+        raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
+    try:
+        prompt = [operator.index(t) for t in prompt_ids]
+    except TypeError as e:
+        raise ValueError(f"prompt_ids must be integers: {e}") from None
+    if not prompt:
+        raise ValueError("prompt_ids is empty")
+    return prompt
 
 
 class BackendClosed(RuntimeError):

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import operator
 import os
 import threading
 import time
@@ -45,7 +44,7 @@ from typing import Any
 
 import torch
 
-from sao_gym.inference.base import BackendClosed
+from sao_gym.inference.base import BackendClosed, prompt_list
 from sao_gym.inference.hf_batch import DecodeBatch, ModelRunner
 from sao_gym.inference.sampling import sample_next
 from sao_gym.inference.weights import load_weights_dir
@@ -214,14 +213,7 @@ class HFBackend:
         return self._closed
 
     def _validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[int]:
-        if not isinstance(params, SamplingParams):
-            raise TypeError(f"params must be SamplingParams, got {type(params).__name__}")
-        try:
-            prompt = [operator.index(t) for t in prompt_ids]
-        except TypeError as e:
-            raise ValueError(f"prompt_ids must be integers: {e}") from None
-        if not prompt:
-            raise ValueError("prompt_ids is empty")
+        prompt = prompt_list(prompt_ids, params)
         lo, hi = min(prompt), max(prompt)
         if lo < 0 or hi >= self._vocab_size:
             bad = lo if lo < 0 else hi

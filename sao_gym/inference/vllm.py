@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import operator
 import os
 import shutil
 import tempfile
@@ -29,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sao_gym.inference.base import BackendClosed, InferenceError
+from sao_gym.inference.base import BackendClosed, InferenceError, prompt_list
 from sao_gym.types import Generation, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -101,12 +100,7 @@ class VLLMBackend:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
-        try:
-            prompt = [operator.index(t) for t in prompt_ids]
-        except TypeError as e:
-            raise ValueError(f"prompt_ids must be integers: {e}") from None
-        if not prompt:
-            raise ValueError("prompt_ids is empty")
+        prompt = prompt_list(prompt_ids, params)
         await self.start()
         room = self._engine.model_config.max_model_len - len(prompt)
         if room < 1:

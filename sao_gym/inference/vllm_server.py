@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import operator
 import os
 import shutil
 import tempfile
@@ -49,7 +48,7 @@ from typing import Any
 
 import aiohttp
 
-from sao_gym.inference.base import BackendClosed, InferenceError
+from sao_gym.inference.base import BackendClosed, InferenceError, prompt_list
 from sao_gym.inference.router import NoServersAvailable, Router, Server
 from sao_gym.types import Generation, SamplingParams
 
@@ -204,12 +203,7 @@ class VLLMServerBackend:
         prompt that fills the server's context, :class:`NoServersAvailable`
         when every server is down, :class:`BackendClosed` after :meth:`aclose`.
         """
-        try:
-            prompt = [operator.index(t) for t in prompt_ids]
-        except TypeError as e:
-            raise ValueError(f"prompt_ids must be integers: {e}") from None
-        if not prompt:
-            raise ValueError("prompt_ids is empty")
+        prompt = prompt_list(prompt_ids, params)
         await self.start()
         while True:
             cost = self.router.cost(len(prompt), params.max_new_tokens)

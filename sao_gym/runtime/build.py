@@ -26,7 +26,8 @@ from sao_gym.runtime.source import RolloutSource
 
 logger = logging.getLogger(__name__)
 
-ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle"}
+ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle",
+           "sao_gym/MathTIR-v0": "sao_gym.envs.math_tir.oracle:arithmetic_tool_oracle"}
 """Demonstration policies for warm starts, by environment id."""
 
 

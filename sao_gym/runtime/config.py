@@ -257,6 +257,9 @@ class TrainConfig:
     """Keyword arguments of the environment's constructor."""
     model: str = "tiny"
     """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
+    chat_template: str | None = None
+    """Replace the model's chat template: ``compact`` (one line per tool, ``name(arg)``
+    calls: a fraction of the prompt tokens) or ``chatml`` (JSON tool schemas); null: keep."""
     total_steps: int = 1000
     """Learner steps to run."""
     seed: int = 0
@@ -283,6 +286,9 @@ class TrainConfig:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         _at_least(self, 1, "total_steps")
+        if self.chat_template not in (None, "compact", "chatml"):
+            raise ConfigError(f"chat_template must be compact, chatml or null, got "
+                              f"{self.chat_template!r}")
         if not self.env or not isinstance(self.env, str):
             raise ConfigError("env must be an environment id")
         grouped = ALGORITHMS[self.algorithm].grouped

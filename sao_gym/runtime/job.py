@@ -162,6 +162,10 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     policy = resolve_model(config.model, run_dir, config.seed)
+    if config.chat_template is not None:
+        from sao_gym.models import with_chat_template
+
+        policy = with_chat_template(policy, config.chat_template, run_dir / "model" / "templated")
     ws = config.warm_start
     if ws is not None and ws.steps and not resume:
         say(f"warm start: at most {ws.steps} supervised steps on {ws.episodes} demonstrations")

@@ -90,11 +90,8 @@ def weight_info(url: str) -> str:
         return json.loads(r.read())["weight_version"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-async def test_five_turn_episode_logprobs_match_a_fresh_hf_forward(
-        backend, hf_model, model_path, temperature):
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+async def check_episode_logprobs(backend, hf_model, tokenizer, temperature: float) -> None:
+    """A 5-turn LLMAgent episode's sampler logprobs equal a fresh HF forward pass's."""
     agent = LLMAgent(backend, tokenizer, max_new_tokens=24, temperature=temperature)
     rollout = await run_episode(TurnLimit(EchoEnv(), 5), agent, seed=0)
     assert not rollout.infra_failure and rollout.metrics["turns"] == 5
@@ -105,7 +102,15 @@ async def test_five_turn_episode_logprobs_match_a_fresh_hf_forward(
     err = (ref[mask[1:]] - got[mask]).abs().max().item()
     assert err < 1e-4, err
     sampled = zip(rollout.policy_versions, rollout.loss_mask, strict=True)
-    assert {v for v, m in sampled if m} == {0}
+    assert {v for v, m in sampled if m} == {backend.policy_version}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+async def test_five_turn_episode_logprobs_match_a_fresh_hf_forward(
+        backend, hf_model, model_path, temperature):
+    await check_episode_logprobs(backend, hf_model, AutoTokenizer.from_pretrained(model_path),
+                                 temperature)
 
 
 def _sharpened(model) -> dict[str, torch.Tensor]:
@@ -115,27 +120,29 @@ def _sharpened(model) -> dict[str, torch.Tensor]:
     return sd
 
 
-@pytest.mark.slow
-async def test_in_flight_update_labels_each_token_with_the_weights_that_sampled_it(
-        backend, hf_model):
+async def check_in_flight_update(backend, hf_model) -> int:
+    """Update weights while generations run: each token's version is the weights that sampled it.
+
+    Returns the version the backend ends at.
+    """
     new = AutoModelForCausalLM.from_pretrained(hf_model.name_or_path, dtype=torch.float32).eval()
     new.load_state_dict(_sharpened(hf_model))
     prompt = [5, 17, 300, 42, 9]
-    straddled, version = [], 0
+    straddled, version = [], backend.policy_version
     for attempt in range(4):  # the update must land while generations run
         gens = [asyncio.ensure_future(backend.generate(prompt, SamplingParams(
             MAX_LEN - len(prompt), 1.0, seed=attempt * 10 + i))) for i in range(4)]
         await asyncio.sleep(0.4 + 0.3 * attempt)
         version += 1
-        await backend.update_weights(_sharpened(hf_model) if version % 2 else hf_model.state_dict(),
+        sharp = attempt % 2 == 0
+        await backend.update_weights(_sharpened(hf_model) if sharp else hf_model.state_dict(),
                                      version)
         results = await asyncio.gather(*gens)
         straddled = [g for g in results if len(set(g.policy_versions)) == 2]
         if straddled:
             break
     assert straddled, "no generation was in flight during the update"
-    models = {version - 1: hf_model if version % 2 else new, version: new if version % 2
-              else hf_model}
+    models = {version - 1: hf_model if sharp else new, version: new if sharp else hf_model}
     for g in results:
         assert g.policy_versions == sorted(g.policy_versions)
         assert set(g.policy_versions) <= set(models)
@@ -146,7 +153,33 @@ async def test_in_flight_update_labels_each_token_with_the_weights_that_sampled_
                 err = (ref[sel] - torch.tensor(g.logprobs, dtype=torch.float64)[sel]).abs().max()
                 assert err < 1e-4, (v, err.item())
     assert backend.policy_version == version
+    return version
+
+
+@pytest.mark.slow
+async def test_in_flight_update_labels_each_token_with_the_weights_that_sampled_it(
+        backend, hf_model):
+    version = await check_in_flight_update(backend, hf_model)
     assert weight_info(backend.router.servers[0].url) == str(version)
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+async def test_in_process_vllm_engine_has_the_same_semantics(model_path, hf_model, tmp_path,
+                                                             monkeypatch):
+    from sao_gym.inference.vllm import VLLMBackend
+
+    _need("vllm")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    backend = VLLMBackend(model_path, dtype="float32", max_model_len=MAX_LEN,
+                          sync_dir=tmp_path / "w")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        for temperature in (1.0, 0.7):
+            await check_episode_logprobs(backend, hf_model, tokenizer, temperature)
+        await check_in_flight_update(backend, hf_model)
+    finally:
+        await backend.aclose()
 
 
 @pytest.mark.slow
@@ -232,5 +265,51 @@ async def test_killing_the_server_gives_infra_failures_and_a_clear_error(
             await asyncio.wait_for(run, 120)
         assert time.monotonic() - t0 < 60
         assert "127.0.0.1" in str(err.value) or "in a row" in str(err.value)
+    finally:
+        servers.stop()
+
+
+@pytest.mark.slow
+async def test_several_servers_sticky_episodes_updates_reach_all_and_a_dead_one_is_taken_out(
+        model_path, tmp_path):
+    servers = _launch("sao", model_path, tmp_path / "logs", n=2)
+    try:
+        backend = VLLMServerBackend(servers.urls, read_timeout_s=20, retries=1, backoff_s=0.1)
+        await backend.start()
+        used: dict[str | None, list[str]] = {}
+        acquire = backend.router.acquire
+
+        def spy(cost, session=None):
+            server = acquire(cost, session)
+            used.setdefault(session, []).append(server.url)
+            return server
+
+        backend.router.acquire = spy
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+
+        async def episode(seed: int):
+            agent = LLMAgent(backend, tokenizer, max_new_tokens=32)
+            return await run_episode(TurnLimit(EchoEnv(), 4), agent, seed=seed)
+
+        rollouts = await asyncio.gather(*(episode(i) for i in range(8)))
+        assert not any(r.infra_failure for r in rollouts)
+        assert len(used) == 8 and all(len(urls) == 4 for urls in used.values())
+        assert all(len(set(urls)) == 1 for urls in used.values())  # each episode on one server
+        firsts = [urls[0] for urls in used.values()]
+        assert sorted(firsts.count(u) for u in servers.urls) == [4, 4]  # spread evenly
+
+        await backend.update_weights(model_path, 5)
+        assert [weight_info(u) for u in servers.urls] == ["5", "5"]
+
+        running = [asyncio.ensure_future(episode(100 + i)) for i in range(8)]
+        await asyncio.sleep(0.3)
+        servers.kill(0)
+        later = [asyncio.ensure_future(episode(200 + i)) for i in range(8)]
+        rollouts = await asyncio.wait_for(asyncio.gather(*running, *later), 120)
+        assert not any(r.infra_failure for r in rollouts)  # the other server carried on
+        assert [s.alive for s in backend.router.servers] == [False, True]
+        await backend.update_weights(model_path, 6)
+        assert weight_info(servers.urls[1]) == "6" and backend.policy_version == 6
+        await backend.aclose()
     finally:
         servers.stop()
