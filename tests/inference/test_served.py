@@ -313,3 +313,27 @@ async def test_several_servers_sticky_episodes_updates_reach_all_and_a_dead_one_
         await backend.aclose()
     finally:
         servers.stop()
+
+
+@pytest.mark.slow
+async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path, tmp_path):
+    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.config import load_recipe
+
+    sets = {"total_steps": 3, "rollout.batch_size": 4, "rollout.concurrency": 4,
+            "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
+            "rollout.max_episode_steps": 2, "learner.critic_layers": 1,
+            "inference.backend": "vllm_server", "inference.launch": 2, "inference.server": "sao",
+            "eval.episodes": 0, "warm_start": "null", "checkpoint.every": 0}
+    config = load_recipe("demo", [f"{k}={v}" for k, v in sets.items()])
+    trainer = await asyncio.to_thread(build_trainer, config, tmp_path / "run",
+                                      policy_path=model_path)
+    urls = [s.url for s in trainer.backend.router.servers]
+    assert len(urls) == 2 and all(weight_info(u) == "0" for u in urls)
+    assert sorted(p.name for p in (tmp_path / "run" / "servers").iterdir()) == [
+        "server-0.log", "server-1.log"]
+    await asyncio.wait_for(trainer.arun(), 300)
+    assert trainer.learner.steps_done == 3
+    for url in urls:  # stopped with the run
+        with pytest.raises(OSError):
+            weight_info(url)
