@@ -12,9 +12,11 @@ stop), it measures decode tokens/s of:
   from a plain aiohttp loop that only parses the chunks: the floor any
   client pays. ``overhead`` = 1 - backend tok/s / bare tok/s.
 
-Backend and bare runs alternate within each repeat (medians reported), so
-the machine's drift hits both. Weight sync: ``update_weights`` of the
-model's own state dict, in flight of nothing, median of ``--repeats``:
+Backend and bare runs alternate (ABBA) within the repeats, so the machine's drift
+hits both: the overhead is the median of the paired ratios, and the client's
+own CPU time per 1k tokens (the event-loop thread, both ways) beside it.
+Weight sync: ``update_weights`` of the model's own state dict, with nothing
+in flight, median of ``--repeats``:
 in-process copy (hf), and for servers the whole path (write safetensors +
 pause/reload/version/resume) and its publish part alone.
 
@@ -48,14 +50,19 @@ def params(tokens: int, i: int) -> SamplingParams:
     return SamplingParams(tokens, 1.0, 1.0, (), seed=1000 + i)
 
 
-async def backend_run(backend, ps: list[list[int]], tokens: int) -> float:
-    t = time.perf_counter()
+def _rates(n: int, t: float, cpu: float) -> tuple[float, float]:
+    """(tokens/s, the event-loop thread's CPU ms per 1k tokens) of a run of ``n`` tokens."""
+    return n / (time.perf_counter() - t), 1e6 * (time.thread_time() - cpu) / max(n, 1)
+
+
+async def backend_run(backend, ps: list[list[int]], tokens: int) -> tuple[float, float]:
+    t, cpu = time.perf_counter(), time.thread_time()
     gens = await asyncio.gather(*(backend.generate(p, params(tokens, i))
                                   for i, p in enumerate(ps)))
-    return sum(len(g.token_ids) for g in gens) / (time.perf_counter() - t)
+    return _rates(sum(len(g.token_ids) for g in gens), t, cpu)
 
 
-async def bare_run(url: str, ps: list[list[int]], tokens: int) -> float:
+async def bare_run(url: str, ps: list[list[int]], tokens: int) -> tuple[float, float]:
     async def one(http: aiohttp.ClientSession, i: int, p: list[int]) -> int:
         body = completion_body("policy", p, params(tokens, i), tokens)
         ids, lps = [], []
@@ -68,9 +75,9 @@ async def bare_run(url: str, ps: list[list[int]], tokens: int) -> float:
         return len(ids)
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.thread_time()
         n = sum(await asyncio.gather(*(one(http, i, p) for i, p in enumerate(ps))))
-        return n / (time.perf_counter() - t)
+        return _rates(n, t, cpu)
 
 
 async def time_update(backend, weights, repeats: int) -> float:
@@ -90,7 +97,8 @@ async def bench_hf(path: str, conc: list[int], tokens: int, repeats: int, vocab:
         await backend_run(backend, prompts(2, vocab), 4)  # warm-up
         out = {}
         for c in conc:
-            runs = [await backend_run(backend, prompts(c, vocab), tokens) for _ in range(repeats)]
+            runs = [(await backend_run(backend, prompts(c, vocab), tokens))[0]
+                    for _ in range(repeats)]
             out[str(c)] = {"hf": statistics.median(runs)}
         weights = {k: v.clone() for k, v in backend.model.state_dict().items()}
         out["update_s"] = await time_update(backend, weights, repeats)
@@ -109,12 +117,20 @@ async def bench_server(urls: list[str], path: str, conc: list[int], tokens: int,
         out = {}
         for c in conc:
             ps, ours, bare = prompts(c, vocab), [], []
-            for _ in range(repeats):
+            for i in range(repeats):  # ABBA order: neither side always runs first
+                if i % 2:
+                    bare.append(await bare_run(urls[0], ps, tokens))
                 ours.append(await backend_run(backend, ps, tokens))
-                bare.append(await bare_run(urls[0], ps, tokens))
-            o, b = statistics.median(ours), statistics.median(bare)
-            out[str(c)] = {"backend": o, "bare": b, "overhead": 1 - o / b,
-                           "backend_runs": ours, "bare_runs": bare}
+                if not i % 2:
+                    bare.append(await bare_run(urls[0], ps, tokens))
+            med = statistics.median
+            out[str(c)] = {
+                "backend": med(o for o, _ in ours), "bare": med(b for b, _ in bare),
+                # paired: each backend run against the bare run next to it
+                "overhead": med(1 - o / b for (o, _), (b, _) in zip(ours, bare, strict=True)),
+                "client_cpu_ms_per_1k": {"backend": med(c for _, c in ours),
+                                         "bare": med(c for _, c in bare)},
+                "backend_runs": [o for o, _ in ours], "bare_runs": [b for b, _ in bare]}
         weights = load_weights_dir(path)
         publisher = WeightsPublisher(work / "pub")
         pub = []
@@ -185,7 +201,8 @@ async def main_async(args: argparse.Namespace) -> dict:
 
 
 def report(results: dict) -> None:
-    print("\nmodel      conc   hf tok/s   sao tok/s (bare, overhead)   vllm tok/s (bare, overhead)")
+    print("\nmodel      conc   hf tok/s   sao tok/s (bare, overhead)   vllm tok/s (bare, overhead)"
+          "   [client CPU ms/1k tokens: backend vs bare]")
     for name, res in results["models"].items():
         for c in [k for k in res.get("hf", res.get("sao", {})) if k.isdigit()]:
             row = f"{name:10s} {c:>4s}"
@@ -195,7 +212,10 @@ def report(results: dict) -> None:
                     r = res[kind][c]
                     pct = 100 * r["overhead"]
                     row += f"   {r['backend']:8.0f} ({r['bare']:6.0f}, {pct:+5.1f}%)"
-            print(row)
+            cpu = [f"{k} {res[k][c]['client_cpu_ms_per_1k']['backend']:.0f} vs "
+                   f"{res[k][c]['client_cpu_ms_per_1k']['bare']:.0f}"
+                   for k in ("sao", "vllm") if k in res]
+            print(row + ("   [" + ", ".join(cpu) + "]" if cpu else ""))
         for kind in ("hf", "sao", "vllm"):
             if kind in res:
                 pub = res[kind].get("publish_s")
