@@ -30,6 +30,9 @@ ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_o
            "sao_gym/MathTIR-v0": "sao_gym.envs.math_tir.oracle:arithmetic_tool_oracle"}
 """Demonstration policies for warm starts, by environment id."""
 
+WARM_START_CHECKS = 16
+"""Tasks the warm-start oracle is tried on before a run (a setup error if one fails)."""
+
 
 class SetupError(ConfigError):
     """The config is valid but cannot run here (unknown env, no oracle, missing model)."""
@@ -63,9 +66,18 @@ def check_setup(config: TrainConfig) -> None:
                     "--set 'env_kwargs={}' clears them)")
         raise SetupError(f"cannot make env {config.env!r}: {type(e).__name__}: {e}{hint}"
                          ) from None
-    env.close()
-    if config.warm_start is not None and config.warm_start.steps:
-        oracle_for(config.env)
+    try:
+        if config.warm_start is not None and config.warm_start.steps:
+            oracle = oracle_for(config.env, **config.warm_start.oracle)
+            try:  # it must play this env's tasks (MathTIR's: arithmetic only); a sample of them
+                for i in range(WARM_START_CHECKS):
+                    obs, _ = env.reset(seed=config.seed + i)
+                    oracle(obs, env.unwrapped.task)
+            except Exception as e:  # noqa: BLE001 - any failure is a setup error
+                raise SetupError(f"the warm-start oracle of {config.env} cannot play its tasks "
+                                 f"(env_kwargs {config.env_kwargs}): {e}") from None
+    finally:
+        env.close()
     if config.model not in ("tiny", "smollm2") and not (Path(config.model) /
                                                         "config.json").is_file():
         raise SetupError(f"model {config.model!r} is neither 'tiny', 'smollm2' nor a local "

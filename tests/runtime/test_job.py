@@ -87,8 +87,11 @@ def test_train_refuses_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--set 'env_kwargs={}' clears them" in err
     assert main(["train", "--set", "env=sao_gym/MathTIR-v0", "--set", "env_kwargs={}"]) == 2
-    err = capsys.readouterr().err  # the demo warm-starts, and MathTIR has no oracle
-    assert err.count("\n") == 1 and "no warm-start oracle for sao_gym/MathTIR-v0" in err
+    err = capsys.readouterr().err  # the demo warm-starts; MathTIR's oracle does arithmetic only
+    assert err.count("\n") == 1 and "oracle of sao_gym/MathTIR-v0 cannot play its tasks" in err
+    assert "only solves arithmetic tasks" in err
+    assert main(["train", "--set", "env=sao_gym/CoqProof-v0", "--set", "env_kwargs={}"]) == 2
+    assert "no warm-start oracle for sao_gym/CoqProof-v0" in capsys.readouterr().err
     assert main(["train", "--set", "env=nope/Nothing-v0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot make env 'nope/Nothing-v0'" in err
