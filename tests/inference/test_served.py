@@ -222,7 +222,7 @@ async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_
     assert rows[-1]["rollout/infra_failures"] == 0
     # the server holds the learner's last weights, under its version
     assert weight_info(served[1]) == str(trainer.learner.policy_version)
-    assert any(r["async/staleness_mean"] > 0 or r["policy_version"] > 0 for r in rows)
+    assert any(r["async/staleness_mean"] > 0 for r in rows)  # rollouts sampled in flight
 
 
 @pytest.mark.slow
