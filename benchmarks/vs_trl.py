@@ -77,10 +77,8 @@ A quick smoke of every part (numbers meaningless)::
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -90,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+from _runs import child_env, peak_rss_mb, read_json, run_logged, say, torch_threads, write_json
 from vs_trl_task import MAX_NEW_TOKENS, make_task, score, split_size, split_task, split_tasks
 
 import sao_gym
@@ -158,56 +157,6 @@ def answer_oracle(messages: Any, task: Any) -> str:
 
 if ENV_ID not in gymnasium.registry:  # this file may run as __main__ and be imported as vs_trl
     sao_gym.register(ENV_ID, f"{ENV_MODULE}:ArithEnv", max_episode_steps=1)
-
-
-# ---------- small helpers ----------
-
-
-def say(text: str) -> None:
-    print(time.strftime("%H:%M:%S ") + text, flush=True)
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    tmp.replace(path)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident size of this process (and of its waited-for children), in MB."""
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return round(max(own, children) / 1024, 1)
-
-
-def child_env(threads: int | None) -> dict[str, str]:
-    """The environment of a training process: thread count, offline, benchmarks/ importable."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-           "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-           "TRANSFORMERS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
-    return env
-
-
-def run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
-    """Run ``cmd`` with its output appended to ``log``; fail with a message naming the log."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("a") as f:
-        f.write(f"$ {' '.join(cmd)}\n")
-        f.flush()
-        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False)
-    if done.returncode:
-        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
-        raise SystemExit(f"{what} failed (exit code {done.returncode}); full log: {log}\n"
-                         f"--- last lines ---\n{tail}")
 
 
 # ---------- greedy evaluation ----------
@@ -374,13 +323,7 @@ def sao_worker(spec_path: Path) -> None:
         "steps": trainer.learner.steps_done, "completions": counters.delivered,
         "generated_tokens": counters.action_tokens, "wall_s": round(trainer.loop_seconds, 2),
         "peak_rss_mb": peak_rss_mb(), "policy": str(last / "policy"),
-        "train_rewards": deadline.rewards, "torch_threads": _torch_threads()})
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
+        "train_rewards": deadline.rewards, "torch_threads": torch_threads()})
 
 
 def train_sao(spec: dict[str, Any], log: Path, threads: int | None) -> None:
@@ -391,7 +334,6 @@ def train_sao(spec: dict[str, Any], log: Path, threads: int | None) -> None:
 
 
 # ---------- the TRL side (a runner script in the TRL venv) ----------
-
 
 
 def _trl_ready(python: Path) -> bool:

@@ -86,3 +86,12 @@ register(
     "sao_gym.envs.code_repo:CodeRepoEnv",
     max_episode_steps=50,
 )
+register(
+    "sao_gym/OpenEnv-v0",
+    "sao_gym.adapters.openenv:OpenEnvAgentEnv",
+)
+register(
+    "sao_gym/HarborTask-v0",
+    "sao_gym.adapters.harbor:HarborTaskEnv",
+    max_episode_steps=50,
+)

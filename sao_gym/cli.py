@@ -14,10 +14,14 @@ Subcommands:
                               training throughput of async vs sync mode
     serve MODEL [--port P] [--host H] [--served-model-name NAME] [--max-batch-size N]
                               serve a model over vLLM's RL protocol (HFBackend, no vLLM)
+    serve-env ENV_ID [--port P] [--host H] [--env-kwargs JSON] [--max-sessions N]
+                              serve an environment over OpenEnv's protocol (openenv extra)
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
     tasks make-code-repo --package NAME [--out FILE] [--max-tasks N] [--seed S]
                               bug-injection tasks for CodeRepo-v0 from a package's tests
+    export harbor ENV_ID (--tasks ID,ID | --seeds S,S | --count N) OUT
+                              write Harbor task directories (CodeRepo-v0, CoqProof-v0)
 """
 
 from __future__ import annotations
@@ -292,6 +296,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve_env(args: argparse.Namespace) -> int:
+    try:
+        kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    except ValueError:
+        kwargs = None
+    if not isinstance(kwargs, dict):
+        print(f"error: --env-kwargs must be a JSON object, got {args.env_kwargs!r}",
+              file=sys.stderr)
+        return 2
+    if args.max_sessions < 1:
+        print(f"error: --max-sessions must be >= 1, got {args.max_sessions}", file=sys.stderr)
+        return 2
+    try:
+        from sao_gym.adapters.openenv import create_app, serve_app
+
+        app = create_app(args.env_id, max_concurrent_envs=args.max_sessions, **kwargs)
+    except (ImportError, ValueError) as e:  # a missing extra, a bad env id or option
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"serving {args.env_id} over OpenEnv on http://{args.host}:{args.port} "
+          f"(WebSocket /ws, up to {args.max_sessions} sessions)", flush=True)
+    serve_app(app, host=args.host, port=args.port)
+    return 0
+
+
 def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
     from sao_gym.sandbox.base import SandboxUnavailable
     from sao_gym.sandbox.image import build_image
@@ -392,6 +421,17 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--seed", type=int, default=None,
                      help="stream of requests sent without a seed")
     srv.set_defaults(fn=_cmd_serve)
+    senv = sub.add_parser("serve-env", help="serve an environment over OpenEnv's protocol "
+                          "(reset/step over WebSocket, MCP list_tools/call_tool actions)")
+    senv.add_argument("env_id")
+    senv.add_argument("--host", default="127.0.0.1")
+    senv.add_argument("--port", type=int, default=8000)
+    senv.add_argument("--env-kwargs", metavar="JSON", default=None,
+                      help='environment options as a JSON object, e.g. \'{"operators": "+"}\' '
+                      '("max_episode_steps" sets the turn limit)')
+    senv.add_argument("--max-sessions", type=int, default=32,
+                      help="concurrent WebSocket sessions (each has its own environment)")
+    senv.set_defaults(fn=_cmd_serve_env)
     sandbox = sub.add_parser("sandbox", help="sandbox maintenance")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     build = sandbox_sub.add_parser("build-image", help="build the DockerSandbox image offline "
@@ -413,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     mcr.add_argument("--seed", type=int, default=0)
     mcr.add_argument("--sandbox", default="local", help="sandbox backend (local or docker)")
     mcr.set_defaults(fn=_cmd_tasks_make_code_repo)
+    from sao_gym.adapters.harbor import add_export_parser
+
+    export = sub.add_parser("export", help="export an environment's tasks to other formats")
+    add_export_parser(export.add_subparsers(dest="export_command", required=True))
     return parser
 
 

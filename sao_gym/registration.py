@@ -59,6 +59,9 @@ OPTIONAL_MODULES: dict[str, str] = {
     "ray": "ray",
     "tensorboard": "tensorboard",
     "wandb": "wandb",
+    "trl": "trl",
+    "openenv": "openenv",
+    "verifiers": "verifiers",
 }
 """Top-level modules of optional dependencies -> the ``sao-gym`` extra that installs them."""
 

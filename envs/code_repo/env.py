@@ -360,7 +360,10 @@ class CodeRepoEnv(ToolEnv):
         description="Create or overwrite a text file (path relative to the repository root).",
         parameters={
             "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "properties": {
+                "path": {"type": "string", "description": "e.g. src/pkg/module.py"},
+                "content": {"type": "string", "description": "the whole new text of the file"},
+            },
             "required": ["path", "content"],
             "additionalProperties": False,
         },
@@ -383,8 +386,11 @@ class CodeRepoEnv(ToolEnv):
                     "`old` is missing or occurs more than once (add surrounding lines).",
         parameters={
             "type": "object",
-            "properties": {"path": {"type": "string"}, "old": {"type": "string"},
-                           "new": {"type": "string"}},
+            "properties": {
+                "path": {"type": "string", "description": "e.g. src/pkg/module.py"},
+                "old": {"type": "string", "description": "the exact text to replace"},
+                "new": {"type": "string", "description": "the text to put in its place"},
+            },
             "required": ["path", "old", "new"],
             "additionalProperties": False,
         },

@@ -12,9 +12,12 @@ from sao_gym.utils.env_checker import (
 from tests.helpers import CounterEnv, EchoEnv
 
 FAST_KWARGS = {"sao_gym/HeavyTail-v0": {"latency_median_s": 0.001}}
+# Adapter envs over something outside (an OpenEnv server, a Harbor task directory on Docker):
+# tests/adapters checks them with check_agent_env against real ones.
+NEEDS_OUTSIDE = {"sao_gym/OpenEnv-v0", "sao_gym/HarborTask-v0"}
 
 
-@pytest.mark.parametrize("env_id", sao_gym.env_ids())
+@pytest.mark.parametrize("env_id", [i for i in sao_gym.env_ids() if i not in NEEDS_OUTSIDE])
 def test_registered_envs_pass(env_id):
     env = sao_gym.make(env_id, **FAST_KWARGS.get(env_id, {}))
     assert check_agent_env(env) == list(CHECKS)

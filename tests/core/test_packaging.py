@@ -21,11 +21,15 @@ def test_wheel_layout(tmp_path):
     wheel = next(tmp_path.glob("sao_gym-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names}
-    assert top == {"sao_gym", next(n for n in top if n.endswith(".dist-info"))}
+    # sao_gym_verifiers: the taskset module verifiers imports (top-level only, by its rules)
+    assert top == {"sao_gym", "sao_gym_verifiers",
+                   next(n for n in top if n.endswith(".dist-info"))}
+    verifiers_taskset = "sao_gym/adapters/verifiers_taskset/"
     for folder in ("envs", "agents", "sao_gym"):
         for src in (ROOT / folder).rglob("*.py"):
             rel = src.relative_to(ROOT / folder).as_posix()
             target = f"sao_gym/{rel}" if folder == "sao_gym" else f"sao_gym/{folder}/{rel}"
+            target = target.replace(verifiers_taskset, "sao_gym_verifiers/")
             assert target in names, f"{src} is missing from the wheel as {target}"
     assert "sao_gym/recipes/demo.yaml" in names
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()

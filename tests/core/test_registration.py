@@ -189,9 +189,11 @@ def test_optional_modules_match_the_extras_in_pyproject():
     root = Path(__file__).resolve().parents[2]
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
+    imported_as = {"openenv_core": "openenv"}  # distributions whose module is named otherwise
     for module, extra in registration.OPTIONAL_MODULES.items():
         names = {req.split(">")[0].split("=")[0].split("[")[0].strip().replace("-", "_").lower()
                  for req in extras[extra]}
+        names |= {imported_as[n] for n in names if n in imported_as}
         assert module in names, f"{module} is not in the {extra!r} extra"
 
 

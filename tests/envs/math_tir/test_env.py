@@ -6,6 +6,7 @@ import asyncio
 import gzip
 import importlib.util
 import json
+import sys
 import time
 import uuid
 
@@ -485,9 +486,8 @@ def test_data_file_errors(tmp_path):
         env.reset(options={"index": 5})
 
 
-def test_parquet_without_datasets_gives_a_clear_error(tmp_path):
-    if importlib.util.find_spec("datasets") is not None:
-        pytest.skip("datasets is installed here")
+def test_parquet_without_datasets_gives_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed (TRL brings it)
     path = tmp_path / "train.parquet"
     path.write_bytes(b"PAR1")
     with pytest.raises(ImportError, match=r"pip install datasets.*JSONL"):

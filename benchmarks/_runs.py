@@ -1,0 +1,76 @@
+"""Process plumbing shared by the side-by-side benchmarks (vs_trl.py, vs_trl_tools.py).
+
+Each side trains in a worker process of its own (so it has the whole CPU and its
+peak RSS is its own): :func:`child_env` is that process's environment (thread
+count, offline, ``benchmarks/`` importable), :func:`run_logged` runs it with its
+output in a log file; the rest are small I/O helpers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def say(text: str) -> None:
+    """Print a time-stamped progress line."""
+    print(time.strftime("%H:%M:%S ") + text, flush=True)
+
+
+def read_json(path: Path) -> Any:
+    """Load a JSON file."""
+    return json.loads(path.read_text())
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON atomically (a temp file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident size of this process (and of its waited-for children), in MB."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) / 1024, 1)
+
+
+def torch_threads() -> int:
+    """torch's intra-op thread count in this process."""
+    import torch
+
+    return torch.get_num_threads()
+
+
+def child_env(threads: int | None) -> dict[str, str]:
+    """The environment of a training process: thread count, offline, benchmarks/ importable."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONUNBUFFERED": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> None:
+    """Run ``cmd`` with its output appended to ``log``; fail with a message naming the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        done = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, check=False)
+    if done.returncode:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
+        raise SystemExit(f"{what} failed (exit code {done.returncode}); full log: {log}\n"
+                         f"--- last lines ---\n{tail}")
