@@ -173,11 +173,15 @@ class EnvSession:
             self._loop.run(self._close())
 
     # ----- on the loop -----
-    async def _reset(self, seed: int | None, options: dict[str, Any] | None
-                     ) -> tuple[list[Message], dict[str, Any]]:
+    def _guard(self) -> asyncio.Lock:
+        """The lock serialising this env's calls (made on the loop, at first use)."""
         if self._lock is None:
             self._lock = asyncio.Lock()
-        async with self._lock:
+        return self._lock
+
+    async def _reset(self, seed: int | None, options: dict[str, Any] | None
+                     ) -> tuple[list[Message], dict[str, Any]]:
+        async with self._guard():
             if self._env is None:
                 self._env = self._make_env()
                 self._loop.at_exit(id(self), self._close_unlocked)
@@ -187,9 +191,7 @@ class EnvSession:
             return obs, info
 
     async def _step(self, action: Message | str, timeout: float | None = None) -> StepOutcome:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._guard():
             if self.done:
                 return StepOutcome([{"role": "user", "content": EPISODE_OVER}],
                                    info={"episode_over": True})
@@ -218,9 +220,7 @@ class EnvSession:
             return StepOutcome(list(obs), reward, terminated, truncated, info)
 
     async def _close(self) -> None:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
+        async with self._guard():
             await self._close_unlocked()
 
     async def _close_unlocked(self) -> None:

@@ -140,10 +140,6 @@ def _last_assistant(completion: Any) -> Message | None:
     return None
 
 
-def _call_tool(self: SaoGymTRLEnv, name: str, arguments: dict[str, Any]) -> str:
-    return self._call(name, arguments)
-
-
 def class_name(env_id: str) -> str:
     """``sao_gym/Arithmetic-v0`` -> ``ArithmeticV0``: TRL logs rewards under class names."""
     base = env_id.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
@@ -169,7 +165,7 @@ def environment_class(env_id: str, tools: list[dict[str, Any]], *,
                              f"method (TRL reserves {RESERVED} and skips names starting with _)")
         if name in namespace:
             raise ValueError(f"{env_id}: two tools are named {name!r}")
-        namespace[name] = tool_function(schema, _call_tool, method=True)
+        namespace[name] = tool_function(schema, SaoGymTRLEnv._call, method=True)
         names.append(name)
     namespace["_tool_names"] = tuple(names)
     return type(class_name(env_id), (SaoGymTRLEnv,), namespace)

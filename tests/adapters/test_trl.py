@@ -47,12 +47,13 @@ def test_schemas_trl_derives_equal_the_env_tools(env_id):
     for schema in expected:
         got = derived[schema["function"]["name"]]
         assert comparable(got) == comparable(schema)
-        # Only what a signature cannot carry differs: the top-level additionalProperties.
         raw = json.loads(json.dumps(schema["function"]))
         raw["parameters"].pop("additionalProperties", None)
-        assert got["function"]["description"] == raw["description"]
-        assert got["function"]["parameters"]["properties"].keys() == \
-            raw["parameters"]["properties"].keys()
+        if not any(isinstance(p.get("type"), list)
+                   for p in raw["parameters"]["properties"].values()):
+            # Without type lists (whose order get_json_schema sorts), only the top-level
+            # additionalProperties differs: the rest is equal as is, `required` order included.
+            assert got["function"] == raw
 
 
 def test_no_helper_method_leaks_as_a_tool():
@@ -248,7 +249,6 @@ def test_grpo_trainer_trains_two_steps_and_logs_the_env_reward(tmp_path):
     logged = [h for h in trainer.state.log_history if "rewards/env_reward/mean" in h]
     assert len(logged) == 2
     rewards = [h["rewards/env_reward/mean"] for h in logged]
-    assert all(0.0 <= r <= 1.0 for r in rewards)
     assert any(0.0 < r < 1.0 for r in rewards), rewards  # some submits right, some wrong
     assert all(h["tools/call_frequency"] > 0 for h in logged)  # TRL ran the env's tools
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
