@@ -9,7 +9,10 @@ import pytest
 # The suite runs offline: nothing may try the network, even by accident.
 for _key, _value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
                      "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                     "HF_DATASETS_OFFLINE": "1"}.items():
+                     "HF_DATASETS_OFFLINE": "1",
+                     # Ray on this machine only: every node and worker on 127.0.0.1
+                     # (sao_gym.runtime.ray.cluster), whichever test imports ray first
+                     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}.items():
     os.environ.setdefault(_key, _value)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -152,6 +153,41 @@ def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any) -> Callable
                              max_context_tokens=r.max_context_tokens)
 
 
+def resume_point(config: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[Path | None, int]:
+    """``(latest checkpoint or None, first task seed)``; a fresh run saves its config here."""
+    from sao_gym.runtime.checkpoint import CheckpointManager
+
+    latest = CheckpointManager(run_dir).latest() if resume else None
+    if latest is not None:
+        state = json.loads((latest / "trainer.json").read_text())
+        logger.info("resuming from %s (step %d)", latest, state["step"])
+        return latest, int(state["next_seed"])
+    if not resume:
+        save_config(config, run_dir / "config.yaml")
+    return None, config.seed
+
+
+def rollout_source(config: TrainConfig, play: Any, *, concurrency: int, seed: int,
+                   version: int, max_versions_per_step: int) -> RolloutSource:
+    """The run's :class:`RolloutSource` (the one staleness rule) over ``play``."""
+    r = config.rollout
+    return RolloutSource(play, batch_size=r.batch_size, group_size=r.group_size,
+                         concurrency=concurrency, max_staleness=config.max_staleness,
+                         max_versions_per_step=max_versions_per_step,
+                         max_infra_retries=r.max_infra_retries, seed=seed, version=version)
+
+
+def metric_sink(config: TrainConfig, run_dir: Path, *, resume_step: int | None,
+                sinks: Sequence[Any] = ()) -> Any:
+    """The loggers of ``logging.loggers``, then ``sinks``."""
+    from sao_gym.logging import make_loggers
+
+    sink = make_loggers(config.logging.names, run_dir, config=config.to_dict(),
+                        resume_step=resume_step)
+    sink.others.extend(sinks)
+    return sink
+
+
 def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
                   resume: bool = False, sinks: Sequence[Any] = ()) -> Any:
     """A :class:`~sao_gym.runtime.trainer.Trainer` for ``config`` in ``run_dir``.
@@ -159,12 +195,18 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     ``policy_path`` is the starting checkpoint (the model after any warm
     start); with ``resume`` the latest checkpoint's learner state, policy and
     task cursor win. ``sinks`` (e.g. the console display) receive every
-    step's metrics after the loggers of ``logging.loggers``.
+    step's metrics after the loggers of ``logging.loggers``. ``runtime: ray``
+    builds the same trainer over Ray actors
+    (:func:`sao_gym.runtime.ray.build.build_ray_trainer`).
     """
+    if config.runtime == "ray":
+        from sao_gym.runtime.ray.build import build_ray_trainer
+
+        return build_ray_trainer(config, run_dir, policy_path=policy_path, resume=resume,
+                                 sinks=sinks)
     from transformers import AutoTokenizer
 
     from sao_gym.learner.sao import build_learner
-    from sao_gym.logging import make_loggers
     from sao_gym.rollout import play_episode
     from sao_gym.runtime.checkpoint import CheckpointManager
     from sao_gym.runtime.trainer import Trainer
@@ -173,19 +215,13 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     run_dir.mkdir(parents=True, exist_ok=True)
     make_env = env_factory(config)
     make_env().close()  # fail fast on a bad env config
-    r = config.rollout
     learner = build_learner(config.algorithm, policy_path, learner_config(config),
-                            total_steps=config.total_steps, temperature=r.temperature)
-    checkpoints = CheckpointManager(run_dir, keep=config.checkpoint.keep)
-    serve_from, next_seed = policy_path, config.seed
-    latest = checkpoints.latest() if resume else None
+                            total_steps=config.total_steps, temperature=config.rollout.temperature)
+    latest, next_seed = resume_point(config, run_dir, resume=resume)
+    serve_from = policy_path
     if latest is not None:
-        learner_state, state = CheckpointManager.load(latest)
-        learner.load_state_dict(learner_state)
-        serve_from, next_seed = str(latest / "policy"), int(state["next_seed"])
-        logger.info("resuming from %s (step %d)", latest, learner.steps_done)
-    elif not resume:
-        save_config(config, run_dir / "config.yaml")
+        learner.load_state_dict(CheckpointManager.load(latest)[0])
+        serve_from = str(latest / "policy")
     backend = build_backend(config, serve_from, version=learner.policy_version,
                             seed=config.seed + learner.steps_done, run_dir=run_dir)
     make_agent = agent_factory(config, backend, AutoTokenizer.from_pretrained(policy_path))
@@ -193,14 +229,11 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     async def play(seed: int):
         return await play_episode(make_env, make_agent, seed=seed)
 
-    source = RolloutSource(play, batch_size=r.batch_size, group_size=r.group_size,
-                           concurrency=r.concurrency, max_staleness=config.max_staleness,
-                           max_versions_per_step=learner.max_versions_per_step,
-                           max_infra_retries=r.max_infra_retries, seed=next_seed,
-                           version=learner.policy_version)
-    sink = make_loggers(config.logging.names, run_dir, config=config.to_dict(),
-                        resume_step=learner.steps_done if resume else None)
-    sink.others.extend(sinks)
+    source = rollout_source(config, play, concurrency=config.rollout.concurrency,
+                            seed=next_seed, version=learner.policy_version,
+                            max_versions_per_step=learner.max_versions_per_step)
+    sink = metric_sink(config, run_dir, resume_step=learner.steps_done if resume else None,
+                       sinks=sinks)
     return Trainer(source=source, learner=learner, backend=backend, sink=sink,
-                   checkpoints=checkpoints, total_steps=config.total_steps,
-                   checkpoint_every=config.checkpoint.every)
+                   checkpoints=CheckpointManager(run_dir, keep=config.checkpoint.keep),
+                   total_steps=config.total_steps, checkpoint_every=config.checkpoint.every)

@@ -1,8 +1,8 @@
 """Training configuration, one frozen dataclass per component.
 
 A config file is YAML whose top level holds the run's identity
-(``algorithm, mode, env, env_kwargs, model, total_steps, seed``) and one
-mapping per component: ``rollout``, ``inference``, ``learner``,
+(``algorithm, mode, runtime, env, env_kwargs, model, total_steps, seed``) and
+one mapping per component: ``rollout``, ``inference``, ``ray``, ``learner``,
 ``warm_start`` (``null``: none), ``eval``, ``checkpoint``, ``logging``.
 ``--set key=value`` overrides use dotted keys (``rollout.batch_size=8``,
 ``learner.lr=1e-4``). Unset keys take the library defaults, which are the
@@ -43,6 +43,7 @@ from sao_gym.learner.algorithms import ALGORITHMS
 from sao_gym.learner.config import LearnerConfig
 
 MODES = ("async", "sync")
+RUNTIMES = ("local", "ray")
 BACKENDS = ("hf", "vllm", "vllm_server")
 SERVERS = ("auto", "vllm", "sao")
 LOGGERS = ("jsonl", "tensorboard", "wandb")
@@ -154,6 +155,54 @@ class InferenceConfig:
 
 
 @dataclass(frozen=True)
+class RayConfig:
+    """``runtime: ray``: rollout workers and the learner as Ray actors (docs/scale.md)."""
+
+    address: str | None = None
+    """null: start a local Ray instance (on 127.0.0.1) for the run; ``auto``: join the
+    cluster on this machine; ``host:port``: join that cluster's head."""
+    rollout_workers: int = 2
+    """Rollout-worker actors, each an asyncio loop of episodes with its own backend."""
+    episodes_per_worker: int | None = None
+    """Episodes one worker runs at once (null: ``rollout.concurrency`` shared out, so
+    the same YAML runs the same number of episodes on both runtimes)."""
+    worker_num_cpus: float = 0.0
+    """Logical CPUs Ray reserves per rollout worker (0: light actors pack anywhere)."""
+    worker_num_gpus: float = 0.0
+    """GPUs per rollout worker (an in-process backend on its own GPU)."""
+    learner_num_cpus: float = 0.0
+    """Logical CPUs Ray reserves for the learner actor."""
+    learner_num_gpus: float = 0.0
+    """GPUs of the learner actor."""
+    worker_threads: int = 1
+    """torch threads of each rollout worker's in-process backend."""
+    learner_threads: int | None = None
+    """torch threads of the learner (null: torch's default, one per core)."""
+    max_worker_restarts: int = 3
+    """Times each rollout worker is replaced after dying before the run gives it up."""
+    num_cpus: int | None = None
+    """Logical CPUs of a local instance (null: max(4, cores)); ignored when joining."""
+    object_store_memory_mb: int | None = None
+    """Object store of a local instance (null: Ray's default); ignored when joining."""
+    startup_timeout_s: float = 300.0
+    """Longest wait for an actor to come up (model loading included)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "rollout_workers", "worker_threads")
+        _at_least(self, 0, "max_worker_restarts", "worker_num_cpus", "worker_num_gpus",
+                  "learner_num_cpus", "learner_num_gpus")
+        for name in ("episodes_per_worker", "learner_threads", "num_cpus",
+                     "object_store_memory_mb"):
+            if getattr(self, name) is not None:
+                _at_least(self, 1, name)
+        if self.address is not None and (not isinstance(self.address, str)
+                                         or not self.address.strip()):
+            raise ConfigError("ray.address must be null, 'auto' or host:port")
+        if not self.startup_timeout_s > 0:
+            raise ConfigError("ray.startup_timeout_s must be > 0")
+
+
+@dataclass(frozen=True)
 class WarmStartConfig:
     """Supervised warm start on oracle demonstrations before RL."""
 
@@ -251,6 +300,9 @@ class TrainConfig:
     mode: str = "async"
     """async (each rollout trains as soon as a batch is in) or sync (the batch baseline:
     generate a batch, wait for the slowest episode, train; staleness 0)."""
+    runtime: str = "local"
+    """local (one process) or ray (rollout workers and the learner as Ray actors,
+    set up by ``ray``); the same config otherwise."""
     env: str = "sao_gym/Arithmetic-v0"
     """Environment id; ``module:id`` imports ``module`` first (it registers the id)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -268,6 +320,8 @@ class TrainConfig:
     """Sampling and admission."""
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     """The inference backend."""
+    ray: RayConfig = field(default_factory=RayConfig)
+    """Ray actors and cluster (used with ``runtime: ray``)."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     """Learner hyperparameters (the paper's by default; see docs/learner.md)."""
     warm_start: WarmStartConfig | None = None
@@ -285,6 +339,8 @@ class TrainConfig:
                               f"{self.algorithm!r}")
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.runtime not in RUNTIMES:
+            raise ConfigError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
         _at_least(self, 1, "total_steps")
         if self.chat_template not in (None, "compact", "chatml"):
             raise ConfigError(f"chat_template must be compact, chatml or null, got "
@@ -299,6 +355,13 @@ class TrainConfig:
                               f"must be 1, got {self.rollout.group_size}")
 
     @property
+    def episodes_per_worker(self) -> int:
+        """Episodes each Ray rollout worker runs at once."""
+        if self.ray.episodes_per_worker is not None:
+            return self.ray.episodes_per_worker
+        return -(-self.rollout.concurrency // self.ray.rollout_workers)
+
+    @property
     def max_staleness(self) -> int:
         """The staleness bound the run uses (0 in sync mode)."""
         return 0 if self.mode == "sync" else self.rollout.max_staleness
@@ -311,7 +374,7 @@ class TrainConfig:
 def _at_least(obj: Any, low: int, *names: str) -> None:
     prefix = {RolloutConfig: "rollout.", InferenceConfig: "inference.",
               WarmStartConfig: "warm_start.", EvalConfig: "eval.",
-              CheckpointConfig: "checkpoint."}.get(type(obj), "")
+              CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
     for name in names:
         value = getattr(obj, name)
         if value < low:

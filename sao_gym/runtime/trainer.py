@@ -149,12 +149,14 @@ class Trainer:
                 await self._train(batch)
         finally:
             self.loop_seconds = time.monotonic() - self._t0
-            await self.source.stop()
-            if self.learner.steps_done > self._checkpointed_step:
-                await asyncio.to_thread(self._checkpoint)
-            self.sink.close()
-            await self.backend.aclose()
-            self._remove_signal_handlers()
+            try:
+                await self.source.stop()
+                if self.learner.steps_done > self._checkpointed_step:
+                    await asyncio.to_thread(self._checkpoint)
+            finally:  # a checkpoint that cannot be written still closes the rest
+                self.sink.close()
+                await self.backend.aclose()
+                self._remove_signal_handlers()
         return self.last_checkpoint
 
     async def _until_stop(self, coro: Any) -> Any:

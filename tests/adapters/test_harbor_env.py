@@ -177,12 +177,14 @@ async def test_an_image_that_cannot_be_built_offline_is_a_sandbox_error(tmp_path
     await env.aclose()
 
 
-def test_harbor_task_env_passes_check_agent_env(exported, no_leftovers):
+def test_harbor_task_env_passes_check_agent_env(tmp_path, exported, no_leftovers):
     from sao_gym.utils.env_checker import check_agent_env
 
-    env = sao_gym.make("sao_gym/HarborTask-v0", tasks_dir=exported["code"][0].parent,
+    for task in exported["code"]:  # the CodeRepo ones: make test builds only their image
+        shutil.copytree(task, tmp_path / task.name)
+    env = sao_gym.make("sao_gym/HarborTask-v0", tasks_dir=tmp_path,
                        sandbox={"pool": {"size": 2}})
-    assert len(env.unwrapped.tasks) == 7
+    assert len(env.unwrapped.tasks) == len(exported["code"]) == 5
     assert "gymnasium check_env" in check_agent_env(env)
 
 

@@ -1,0 +1,112 @@
+"""The rollout-worker actor: an asyncio loop of episodes with its own parts.
+
+A :class:`RolloutWorker` builds, from the run's config, what one process of
+``runtime: local`` builds for its episodes: the environment factory, the
+inference backend (in-process, or clients to inference servers) and the
+agent factory. The driver's :class:`~sao_gym.runtime.ray.pool.WorkerPool`
+calls :meth:`RolloutWorker.play` for each episode the rollout source
+admits (many at once: Ray runs an async actor's calls concurrently on its
+loop) and :meth:`RolloutWorker.update_weights` for every new policy version.
+
+Weights travel as ``(version, box)``: ``box`` is a one-element list holding
+the object ref of the learner's state dict (a list, so Ray hands the ref
+over instead of resolving it for every call). Every call carries the latest
+version, so a worker that started late (a replacement) catches up before
+its first episode; the broadcast reaches the others while their episodes
+are generating, as in one process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a rollout worker is built from."""
+
+    config: Any
+    """The run's :class:`~sao_gym.runtime.config.TrainConfig`, with this worker's share of
+    the inference servers (:func:`~sao_gym.runtime.ray.build.worker_config`)."""
+    policy_path: str
+    """The checkpoint the backend starts from (the run's start or resume point)."""
+    tokenizer_path: str
+    """Where the tokenizer is read."""
+    version: int
+    """The policy version of ``policy_path``."""
+    seed: int
+    """Sampling seed of this worker's backend."""
+    run_dir: str | None = None
+    """This worker's directory (logs of servers it launches, weights it publishes)."""
+
+
+class RolloutWorker:
+    """Episodes on one worker (see module docs). Methods are called through Ray."""
+
+    def __init__(self, spec: WorkerSpec, index: int):
+        import torch
+        from transformers import AutoTokenizer
+
+        from sao_gym.runtime.build import agent_factory, build_backend, env_factory
+
+        config = spec.config
+        torch.set_num_threads(config.ray.worker_threads)
+        self.index = index
+        self.version = spec.version
+        self.episodes = 0
+        self.make_env = env_factory(config)
+        self.backend = build_backend(config, spec.policy_path, version=spec.version,
+                                     seed=spec.seed, run_dir=spec.run_dir)
+        self.make_agent = agent_factory(config, self.backend,
+                                        AutoTokenizer.from_pretrained(spec.tokenizer_path))
+        self._loading = asyncio.Lock()
+        self._running: set[asyncio.Task] = set()
+
+    def ready(self) -> dict[str, Any]:
+        """Who and where this worker is: pid, Ray node id, policy version, episodes played."""
+        import ray
+
+        return {"index": self.index, "pid": os.getpid(), "version": self.version,
+                "node_id": ray.get_runtime_context().get_node_id(), "episodes": self.episodes}
+
+    async def play(self, seed: int, version: int, box: list | None) -> Any:
+        """One episode on the task of ``seed``, after catching up to ``version``."""
+        from sao_gym.rollout import play_episode
+
+        task = asyncio.current_task()
+        assert task is not None
+        self._running.add(task)
+        try:
+            await self.update_weights(version, box)
+            rollout = await play_episode(self.make_env, self.make_agent, seed=seed)
+        finally:
+            self._running.discard(task)
+        self.episodes += 1
+        return rollout
+
+    async def update_weights(self, version: int, box: list | None) -> int:
+        """Load policy ``version`` from ``box`` unless it is here already; the version now."""
+        if box is None or version <= self.version:
+            return self.version
+        async with self._loading:
+            if version > self.version:
+                weights = box[0]
+                if hasattr(weights, "__await__"):  # an object ref
+                    weights = await weights
+                await self.backend.update_weights(weights, version)
+                self.version = version
+        return self.version
+
+    async def close(self) -> None:
+        """Cancel the episodes still running (the run is over), release the backend."""
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await self.backend.aclose()

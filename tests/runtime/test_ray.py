@@ -1,0 +1,229 @@
+"""``runtime: ray`` for real: a 2-node ``ray.cluster_utils.Cluster`` on this machine.
+
+Two rollout workers and the learner as actors train the tiny model; a worker
+and the learner are SIGKILLed mid-run. All of Ray's traffic stays on
+127.0.0.0/8 (checked with ``ss -tnp`` while training).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sao_gym.logging import read_metrics
+from sao_gym.runtime.build import build_trainer
+from sao_gym.runtime.config import load_config
+
+ray = pytest.importorskip("ray")
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["rollout.batch_size=4", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
+         "rollout.max_episode_steps=1",
+         "rollout.max_staleness=1", "learner.critic_warmup_steps=0", "warm_start=null",
+         "eval.episodes=0", "checkpoint.every=0", "inference.max_batch_size=8",
+         "runtime=ray", "ray.rollout_workers=2", "ray.episodes_per_worker=3"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from sao_gym.runtime.ray.cluster import connect, local_cluster
+
+    c = local_cluster(2, num_cpus=2, object_store_memory_mb=150)
+    connect(c.address)
+    yield c
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    """The demo's tiny model (0.5M parameters): the tests check mechanics, not learning."""
+    from sao_gym.models import tiny_model
+    from sao_gym.runtime.job import TINY_MODEL
+
+    return tiny_model(str(tmp_path_factory.mktemp("ray_model")), **TINY_MODEL)
+
+
+def config(cluster, *extra):
+    return load_config(None, [*SMALL, f"ray.address={cluster.address}", *extra])
+
+
+class OnStep:
+    """A metric sink that runs ``action(step)`` after each logged step."""
+
+    def __init__(self, action):
+        self.action, self.steps = action, []
+
+    def log(self, step, metrics):
+        self.steps.append(step)
+        self.action(step)
+
+    def close(self):
+        pass
+
+
+def descendants(root: int | None = None) -> set[int]:
+    """``root`` (default: this process) and every process under it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [root or os.getpid()]
+    while todo:
+        pid = todo.pop()
+        out.add(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def ray_connections() -> list[tuple[str, str]]:
+    """``(local, peer)`` of every TCP connection of this process tree, from ``ss -tnp``."""
+    mine, found = descendants(), []
+    for line in subprocess.run(["ss", "-tnpH"], capture_output=True, text=True,
+                               check=True).stdout.splitlines():
+        fields = line.split()
+        pids = {int(p) for p in re.findall(r"pid=(\d+)", line)}
+        if pids & mine:
+            found.append((fields[3], fields[4]))
+    return found
+
+
+def loopback(address: str) -> bool:
+    """Whether ``host:port`` from ss (IPv4, ``[v6]`` or ``[::ffff:v4]``) is a loopback host."""
+    ip = ipaddress.ip_address(address.rsplit(":", 1)[0].strip("[]"))
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def record_batches(trainer) -> list[list[int]]:
+    """Wrap the trainer's source so every batch handed out is recorded (its seeds)."""
+    batches, next_batch = [], trainer.source.next_batch
+
+    async def recording():
+        batch = await next_batch()
+        batches.append([r.group_id for r in batch])
+        return batch
+
+    trainer.source.next_batch = recording
+    return batches
+
+
+def test_two_workers_and_a_learner_train_20_steps_on_two_nodes(cluster, model,
+                                                                tmp_path):
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+    seen: list[tuple[str, str]] = []
+    probe = OnStep(lambda step: seen.extend(ray_connections()) if step in (5, 15) else None)
+    cfg = config(cluster, "total_steps=20")
+    trainer = build_trainer(cfg, tmp_path / "run", policy_path=model, sinks=[probe])
+    trainer.run()
+    rows = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    assert all(r["async/staleness_max"] <= cfg.max_staleness for r in rows)
+    assert max(r["async/staleness_max"] for r in rows) == 1  # asynchronous, at the bound
+    stats = trainer.backend.stats()
+    assert [s["restarts"] for s in stats] == [0, 0]
+    for s in stats:  # each worker sampled with many versions: the weights reached it
+        assert s["episodes"] > 10 and len(s["versions"]) >= 5 and max(s["versions"]) >= 15, s
+    # every connection of the cluster, driver and workers is on the loopback range
+    assert len(seen) > 10
+    assert all(loopback(a) and loopback(b) for a, b in seen), seen
+
+
+def test_a_killed_rollout_worker_is_restarted_and_nothing_counts_twice(cluster, model,
+                                                                       tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="sao_gym.runtime.ray.pool")
+    run = tmp_path / "run"
+    killed: list[int] = []
+
+    def kill_worker(step):
+        if step == 4:
+            pid = trainer.backend.stats()[0]["pid"]
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    trainer = build_trainer(config(cluster, "total_steps=12"), run,
+                            policy_path=model, sinks=[OnStep(kill_worker)])
+    batches = record_batches(trainer)
+    trainer.run()
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 13))
+    seeds = [s for b in batches for s in b]
+    assert len(seeds) == 12 * 4 and len(set(seeds)) == len(seeds)  # no episode twice
+    assert all(r["async/staleness_max"] <= 1 for r in rows)
+    stats = trainer.backend.stats()
+    assert stats[0]["restarts"] == 1 and stats[0]["pid"] != killed[0]
+    assert f"rollout worker 0 (pid {killed[0]}) died" in caplog.text
+    assert f"rollout worker 0 restarted: pid {killed[0]} -> {stats[0]['pid']}" in caplog.text
+
+
+def ray_processes(root: int, title: str) -> list[int]:
+    """Pids under ``root`` whose command line (Ray's process title) starts with ``title``."""
+    found = []
+    for pid in descendants(root):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if cmdline.startswith(title):
+            found.append(pid)
+    return found
+
+
+def wait_for_steps(run, n, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.stderr.read()[-3000:]}")
+        if (run / "metrics.jsonl").exists() and len(read_metrics(run)) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} steps within {timeout} s")
+
+
+def test_cli_on_local_ray_a_killed_learner_then_resume_logs_every_step_once(model, tmp_path):
+    """`sao-gym train --set runtime=ray` without ray.address starts its own Ray; the learner
+    is SIGKILLed mid-run; `--resume` on Ray continues with every step once."""
+    run = tmp_path / "run"
+    args = [f"--set={s}" for s in SMALL] + [
+        "--set=total_steps=8", "--set=checkpoint.every=2", f"--set=model={model}",
+        "--set=ray.num_cpus=4", "--out", str(run)]
+    cli = [sys.executable, "-m", "sao_gym.cli", "train"]
+    proc = subprocess.Popen([*cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        wait_for_steps(run, 3, proc)
+        learners = ray_processes(proc.pid, "ray::LearnerService")
+        assert len(learners) == 1
+        os.kill(learners[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    assert "the learner actor" in err and "died" in err and f"--resume {run}" in err
+    steps_before = [r["step"] for r in read_metrics(run)]
+    assert steps_before[:3] == [1, 2, 3]
+    done = subprocess.run([*cli, "--resume", str(run)], capture_output=True, text=True,
+                          timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, 9))
+    assert (run / "checkpoints" / "step_0000008" / "policy").is_dir()
+
+
+def test_loopback_reads_ss_addresses():
+    assert loopback("127.0.0.1:6379") and loopback("[::ffff:127.0.0.1]:41197")
+    assert loopback("[::1]:80") and not loopback("192.0.2.2:6379")
+    assert not loopback("[::ffff:192.0.2.2]:6379")
