@@ -1,8 +1,9 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 # Both create .venv when missing, with the `train` extra (torch, transformers,
 # tokenizers, matplotlib) on top of the light install, and the light adapter
-# extras `trl` and `openenv` (their tests use the real packages; verifiers and
-# harbor, whose pins or Python differ, get scratch venvs the tests build). torch==2.13.0 is
+# extras `trl` and `openenv` (their tests use the real packages), and Ray core
+# (the `ray` extra; never ray[llm], which pins a vLLM). verifiers and harbor,
+# whose pins or Python differ, get scratch venvs the tests build. torch==2.13.0 is
 # installed first: it is a local CPU wheel here, while an unpinned torch would
 # pull a multi-GB CUDA build.
 
@@ -87,7 +88,7 @@ test: venv vllm-venv deb-packages light-install
 	@bash .ci/dockerd.sh start
 	@status=0; \
 	bash .ci/dockerd.sh build-image $(VENV)/bin/sao-gym sandbox build-image || status=$$?; \
-	if [ $$status = 0 ]; then $(PY) -m pytest -q -ra -m "not vllm" || status=$$?; fi; \
+	if [ $$status = 0 ]; then $(PY) -m pytest -q -ra --durations=15 -m "not vllm" || status=$$?; fi; \
 	bash .ci/dockerd.sh stop; \
 	echo "vLLM-marked tests, in $(VLLM_VENV):"; \
 	SAO_REQUIRE_VLLM=1 $(VLLM_PY) -m pytest -q -ra -m vllm tests/inference || status=$$?; \

@@ -128,3 +128,48 @@ def test_example_configs_and_recipes_load():
     assert len(paths) >= 3
     for path in paths:
         load_config(path)
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "examples" / "configs")
+                                        .glob("*.yaml")) + [recipe_path("demo")],
+                         ids=lambda p: p.stem)
+def test_the_same_yaml_runs_on_ray_with_only_runtime_changed(path):
+    local = load_config(path)
+    on_ray = load_config(path, ["runtime=ray"])
+    assert dataclasses.replace(on_ray, runtime="local") == local
+    workers, per_worker = on_ray.ray.rollout_workers, on_ray.episodes_per_worker
+    # the episodes of rollout.concurrency, shared out over the workers
+    assert workers * per_worker >= local.rollout.concurrency > workers * (per_worker - 1)
+
+
+def test_ray_section_is_validated():
+    assert load_config(None, ["ray.episodes_per_worker=5"]).episodes_per_worker == 5
+    assert load_config(None, ["rollout.concurrency=5", "ray.rollout_workers=2"]
+                       ).episodes_per_worker == 3
+    for bad, message in [("runtime=cluster", "runtime must be one of"),
+                         ("ray.rollout_workers=0", "ray.rollout_workers must be >= 1"),
+                         ("ray.episodes_per_worker=0", "ray.episodes_per_worker must be >= 1"),
+                         ("ray.worker_num_cpus=-1", "ray.worker_num_cpus must be >= 0"),
+                         ("ray.adress=auto", "unknown key")]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, [bad])
+
+
+def test_ray_shares_servers_between_workers():
+    from sao_gym.runtime.ray.build import worker_config
+
+    urls = [f"http://127.0.0.1:{8000 + i}" for i in range(3)]
+    cfg = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
+                             f"inference.urls={urls}"])
+    assert [worker_config(cfg, i).inference.urls for i in range(2)] == [
+        [urls[0], urls[2]], [urls[1]]]
+    few = load_config(None, ["runtime=ray", "ray.rollout_workers=4",
+                             "inference.backend=vllm_server", f"inference.urls={urls}"])
+    with pytest.raises(ConfigError, match="at least one server per rollout worker"):
+        worker_config(few, 0)
+    launch = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
+                                "inference.launch=4"])
+    assert worker_config(launch, 1).inference.launch == 2
+    with pytest.raises(ConfigError, match="multiple of ray.rollout_workers"):
+        worker_config(load_config(None, ["runtime=ray", "inference.backend=vllm_server",
+                                         "inference.launch=3"]), 0)

@@ -146,27 +146,30 @@ def test_a_killed_rollout_worker_is_restarted_and_nothing_counts_twice(cluster, 
                                                                        tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="sao_gym.runtime.ray.pool")
     run = tmp_path / "run"
-    killed: list[int] = []
+    killed: dict[str, int] = {}
 
-    def kill_worker(step):
-        if step == 4:
-            pid = trainer.backend.stats()[0]["pid"]
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
+    def kill_then_stop(step):
+        worker = trainer.backend.stats()[0]
+        if step == 3:
+            os.kill(worker["pid"], signal.SIGKILL)
+            killed.update(pid=worker["pid"], episodes=worker["episodes"])
+        elif killed and worker["alive"] and worker["episodes"] >= killed["episodes"] + 4:
+            trainer.request_stop()  # the replacement has played: end the run here
 
-    trainer = build_trainer(config(cluster, "total_steps=12"), run,
-                            policy_path=model, sinks=[OnStep(kill_worker)])
+    trainer = build_trainer(config(cluster, "total_steps=80"), run, policy_path=model,
+                            sinks=[OnStep(kill_then_stop)])
     batches = record_batches(trainer)
     trainer.run()
     rows = read_metrics(run)
-    assert [r["step"] for r in rows] == list(range(1, 13))
+    steps = len(rows)
+    assert 4 < steps < 80 and [r["step"] for r in rows] == list(range(1, steps + 1))
     seeds = [s for b in batches for s in b]
-    assert len(seeds) == 12 * 4 and len(set(seeds)) == len(seeds)  # no episode twice
+    assert len(seeds) == steps * 4 and len(set(seeds)) == len(seeds)  # no episode twice
     assert all(r["async/staleness_max"] <= 1 for r in rows)
     stats = trainer.backend.stats()
-    assert stats[0]["restarts"] == 1 and stats[0]["pid"] != killed[0]
-    assert f"rollout worker 0 (pid {killed[0]}) died" in caplog.text
-    assert f"rollout worker 0 restarted: pid {killed[0]} -> {stats[0]['pid']}" in caplog.text
+    assert stats[0]["restarts"] == 1 and stats[0]["pid"] != killed["pid"]
+    assert f"rollout worker 0 (pid {killed['pid']}) died" in caplog.text
+    assert f"rollout worker 0 restarted: pid {killed['pid']} -> {stats[0]['pid']}" in caplog.text
 
 
 def ray_processes(root: int, title: str) -> list[int]:
