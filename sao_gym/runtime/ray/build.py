@@ -117,8 +117,7 @@ def _start_learner(config: TrainConfig, policy_path: str, run_dir: Path,
     rc = config.ray
     actor = ray.remote(LearnerService).options(
         num_cpus=rc.learner_num_cpus, num_gpus=rc.learner_num_gpus, max_restarts=0,
-        name=None).remote(config, policy_path, str(run_dir),
-                          str(latest) if latest is not None else None)
+    ).remote(config, policy_path, str(run_dir), str(latest) if latest is not None else None)
     try:
         info = ray.get(actor.info.remote(), timeout=rc.startup_timeout_s)
     except ray.exceptions.GetTimeoutError:

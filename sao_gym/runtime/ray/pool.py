@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,7 +249,3 @@ def _short(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
-
-def shares(items: Sequence[str], parts: int) -> list[list[str]]:
-    """``items`` dealt round-robin into ``parts`` lists (worker ``i`` gets ``items[i::parts]``)."""
-    return [list(items[i::parts]) for i in range(parts)]
