@@ -157,6 +157,17 @@ def register(
     _AGENT_ENV_IDS.add(id)
 
 
+def unregister(id: str) -> None:
+    """Remove an id registered with :func:`register` (a test's temporary env, say).
+
+    Raises ``KeyError`` for an id :func:`register` did not register.
+    """
+    if id not in _AGENT_ENV_IDS:
+        raise KeyError(f"{id!r} was not registered with sao_gym.register")
+    _AGENT_ENV_IDS.discard(id)
+    gymnasium.registry.pop(id, None)
+
+
 def load_entry_points() -> None:
     """Load the ``sao_gym.envs`` entry points of installed packages (once per process).
 

@@ -7,7 +7,10 @@ vllm.entrypoints.openai.api_server`` with the flags RL needs, see
 :func:`vllm_command`) or ``sao-gym serve`` (:func:`sao_serve_command`).
 Each server's output goes to ``log_dir/server-<i>.log``; a server that exits
 or does not come up in time raises :class:`LaunchError` with the end of its
-log.
+log. :meth:`LocalServers.replace` starts a dead server again (at most
+``max_restarts`` times each). Every server runs on a leash
+(:mod:`sao_gym.inference.leash`): it stops when the process that launched it
+dies, even by SIGKILL, so a killed trainer or Ray worker leaves none behind.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
 from pathlib import Path
 
 from sao_gym.inference.base import InferenceError
@@ -86,13 +91,15 @@ class LocalServers:
         log_dir: where their logs go.
         max_model_len: their context limit.
         max_batch_size: rows a ``sao-gym serve`` decodes together.
-        startup_timeout_s: longest wait for all of them.
+        startup_timeout_s: longest wait for all of them (and for a replacement).
+        max_restarts: times :meth:`replace` may start each server again.
 
     """
 
     def __init__(self, model: str, n: int, *, kind: str = "auto", python: str | None = None,
                  log_dir: str | os.PathLike[str], max_model_len: int, served_model_name: str =
-                 "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0):
+                 "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0,
+                 max_restarts: int = 3):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if kind not in ("auto", "vllm", "sao"):
@@ -104,40 +111,80 @@ class LocalServers:
         self.log_dir = Path(log_dir)
         self.max_model_len, self.served_model_name = max_model_len, served_model_name
         self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
+        self.max_restarts = max_restarts
+        self.restarts = [0] * n
+        """Times each server was started again (:meth:`replace`)."""
         self.procs: list[subprocess.Popen] = []
         self.urls: list[str] = []
+        self._lock = threading.Lock()  # replace() and stop() may run in different threads
+        self._stopped = False
 
     def start(self) -> list[str]:
         """Start all servers and wait until they answer; return their base URLs."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         for i in range(self.n):
-            port = free_port()
-            if self.kind == "vllm":
-                cmd = vllm_command(self.python, self.model, port, max_model_len=self.max_model_len,
-                                   served_model_name=self.served_model_name)
-            else:
-                cmd = sao_serve_command(self.python, self.model, port,
-                                        max_model_len=self.max_model_len,
-                                        served_model_name=self.served_model_name,
-                                        max_batch_size=self.max_batch_size)
-            log = open(self.log_dir / f"server-{i}.log", "wb")  # noqa: SIM115 - the child owns it
-            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                               env=env, start_new_session=True))
-            log.close()
-            self.urls.append(f"http://127.0.0.1:{port}")
+            proc, url = self._spawn(i)
+            self.procs.append(proc)
+            self.urls.append(url)
         logger.info("starting %d %s server(s): %s", self.n, self.kind, ", ".join(self.urls))
         try:
-            self._wait()
+            self._wait(range(self.n))
         except BaseException:
             self.stop()
             raise
         return list(self.urls)
 
-    def _wait(self) -> None:
+    def replace(self, url: str) -> str:
+        """Start a new server in place of the one at ``url`` (killed first); its URL.
+
+        It serves ``model`` (the caller loads newer weights into it). Raises
+        :class:`LaunchError` when that server was replaced ``max_restarts``
+        times already, or when the new one does not come up.
+        """
+        if url not in self.urls:
+            raise ValueError(f"{url} is not one of these servers: {self.urls}")
+        i = self.urls.index(url)
+        with self._lock:
+            if self._stopped:
+                raise LaunchError("the servers were stopped")
+            if self.restarts[i] >= self.max_restarts:
+                raise LaunchError(f"{self.kind} server {i} was replaced {self.restarts[i]} "
+                                  f"times already (max_restarts={self.max_restarts}); not "
+                                  f"again:\n{self.log_tail(i)}")
+            self.restarts[i] += 1
+            self.kill(i)
+            self.procs[i], self.urls[i] = self._spawn(i)
+        logger.warning("starting %s server %d again (restart %d of %d) at %s", self.kind, i,
+                       self.restarts[i], self.max_restarts, self.urls[i])
+        self._wait([i])
+        return self.urls[i]
+
+    def _spawn(self, i: int) -> tuple[subprocess.Popen, str]:
+        """Start server ``i`` on a free port, on a leash, logging to its file; (process, URL)."""
+        port = free_port()
+        if self.kind == "vllm":
+            cmd = vllm_command(self.python, self.model, port, max_model_len=self.max_model_len,
+                               served_model_name=self.served_model_name)
+        else:
+            cmd = sao_serve_command(self.python, self.model, port,
+                                    max_model_len=self.max_model_len,
+                                    served_model_name=self.served_model_name,
+                                    max_batch_size=self.max_batch_size)
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # the leash ends the server when this process dies, however it dies
+        leashed = [sys.executable, "-m", "sao_gym.inference.leash", "--", *cmd]
+        with open(self.log_dir / f"server-{i}.log", "ab") as log:
+            if self.restarts[i]:
+                log.write(f"\n--- restart {self.restarts[i]} ---\n".encode())
+                log.flush()
+            proc = subprocess.Popen(leashed, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        return proc, f"http://127.0.0.1:{port}"
+
+    def _wait(self, indices: Iterable[int]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
-        pending = dict(enumerate(self.urls))
+        pending = {i: self.urls[i] for i in indices}
         while pending:
             for i, url in list(pending.items()):
                 code = self.procs[i].poll()
@@ -172,6 +219,8 @@ class LocalServers:
 
     def stop(self) -> None:
         """Stop every server: SIGTERM to its process group, SIGKILL after 15 s (idempotent)."""
+        with self._lock:
+            self._stopped = True
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -10,7 +10,8 @@ Rules, in order:
    plus the decode budget (``max_new_tokens``). Ties go round-robin.
 3. A server marked dead is never chosen again; its sessions move on their
    next request. With no live server left, :meth:`Router.acquire` raises
-   :class:`NoServersAvailable`.
+   :class:`NoServersAvailable`. A replacement comes in as a new server
+   (:meth:`Router.add`).
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ class Router:
         for key in [k for k, s in self._sessions.items() if s is server]:
             del self._sessions[key]
         return True
+
+    def add(self, server: Server) -> None:
+        """Put a new server (a replacement) in use; its URL must differ from the live ones'."""
+        if any(s.url == server.url for s in self.alive):
+            raise ValueError(f"{server.url} is already in use")
+        server.alive = True
+        self.servers.append(server)
 
     def down_message(self) -> str:
         """Why no server is available: each one's reason."""

@@ -32,6 +32,14 @@ With no server left, ``generate`` and ``update_weights`` raise
 :class:`~sao_gym.inference.router.NoServersAvailable`: inside an episode
 that is an infra failure, never a hang. A 4xx answer (a bad request) raises
 ``ValueError`` with the server's message and is not retried.
+
+**Replacement.** Given ``replace`` (servers it launched itself, e.g.
+:meth:`~sao_gym.inference.launch.LocalServers.replace`), a server taken out
+is replaced: ``replace(url)`` starts a new one, which is checked, loads the
+newest weights and version (again if an update lands meanwhile) and only
+then takes requests. Meanwhile requests go to the other servers, or, when
+none is left, wait for the replacement instead of failing. A replacement
+that cannot start (``replace`` raises) leaves the server out.
 """
 
 from __future__ import annotations
@@ -129,6 +137,8 @@ class VLLMServerBackend:
             ``policy_version``), for servers started with other weights.
         on_close: called (in a thread) by :meth:`aclose`, e.g. to stop servers launched
             for this run.
+        replace: ``replace(url) -> new url``, called (in a thread) for a server taken
+            out: starts a server in its place serving the starting weights (module docs).
 
     See the module docs for the protocol, versions and failures.
 
@@ -139,7 +149,8 @@ class VLLMServerBackend:
                  connect_timeout_s: float = 10.0, read_timeout_s: float = 120.0,
                  request_timeout_s: float = 3600.0, retries: int = 3, backoff_s: float = 0.25,
                  initial_weights: str | os.PathLike[str] | None = None,
-                 on_close: Callable[[], Any] | None = None):
+                 on_close: Callable[[], Any] | None = None,
+                 replace: Callable[[str], str] | None = None):
         from sao_gym.inference.weights import WeightsPublisher
 
         self.router = Router([u.rstrip("/") for u in urls])
@@ -153,6 +164,11 @@ class VLLMServerBackend:
         self.retries, self.backoff_s = retries, backoff_s
         self._on_close = on_close
         self._initial_weights = initial_weights
+        self._weights: tuple[str | None, int] = (
+            None if initial_weights is None else str(initial_weights), policy_version)
+        """(path, version) every server must hold; path None: what a new server starts with."""
+        self._replace = replace
+        self._replacing: set[asyncio.Task] = set()
         self._http: aiohttp.ClientSession | None = None
         self._started: asyncio.Task | None = None
         self._closed = False
@@ -206,6 +222,7 @@ class VLLMServerBackend:
         prompt = prompt_list(prompt_ids, params)
         await self.start()
         while True:
+            await self._wait_for_replacements()
             cost = self.router.cost(len(prompt), params.max_new_tokens)
             server = self.router.acquire(cost, params.session_id)
             ok = False
@@ -231,11 +248,16 @@ class VLLMServerBackend:
             path = Path(weights)
         else:
             path = await asyncio.to_thread(self._publisher.publish, weights, version)
+        self._weights = (str(path), int(version))  # what a replacement must load from now on
         await self._update_all(str(path), version)
         self._version = int(version)
 
     async def _update_all(self, path: str, version: int, *, strict: bool = False) -> None:
-        """Update every live server; one that fails is taken out (``strict``: raise)."""
+        """Update every live server; one that fails is taken out (``strict``: raise).
+
+        Raises :class:`NoServersAvailable` when none is left and none is being
+        replaced (a replacement loads the newest weights itself).
+        """
         servers = self.router.alive
         results = await asyncio.gather(*(self._update_on(s, path, version) for s in servers),
                                        return_exceptions=True)
@@ -245,7 +267,7 @@ class VLLMServerBackend:
                     raise InferenceError(f"{server.url} could not load the weights {path}: "
                                          f"{result}") from result
                 self._take_out(server, f"weight update failed: {result}")
-        if not self.router.alive:
+        if not self.router.alive and not self._replacing:
             raise NoServersAvailable(self.router.down_message())
 
     async def aclose(self) -> None:
@@ -253,6 +275,9 @@ class VLLMServerBackend:
         if self._closed:
             return
         self._closed = True
+        for task in list(self._replacing):
+            task.cancel()
+        await asyncio.gather(*self._replacing, return_exceptions=True)
         if self._http is not None:
             await self._http.close()
         if self._own_sync_dir:
@@ -265,6 +290,34 @@ class VLLMServerBackend:
         if self.router.mark_dead(server, reason):
             left = len(self.router.alive)
             logger.error("inference server %s taken out: %s (%d left)", server.url, reason, left)
+            if self._replace is not None and not self._closed:
+                task = asyncio.ensure_future(self._replace_server(server))
+                self._replacing.add(task)
+                task.add_done_callback(self._replacing.discard)
+
+    async def _replace_server(self, dead: Server) -> None:
+        """Start a server in place of ``dead``; in use once it holds the newest weights."""
+        assert self._replace is not None
+        try:
+            server = Server(str(await asyncio.to_thread(self._replace, dead.url)).rstrip("/"))
+            await self._check(server)  # now at self._version, with the weights it started with
+            loaded = None
+            while self._weights[0] is not None and loaded != self._weights:
+                loaded = self._weights  # the newest; again if an update lands meanwhile
+                await self._update_on(server, *loaded)
+            self.router.add(server)
+            logger.warning("inference server %s replaced by %s (policy version %d)", dead.url,
+                           server.url, server.version)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a server that cannot come back stays out
+            logger.error("inference server %s could not be replaced: %s", dead.url,
+                         f"{type(e).__name__}: {e}"[:2000])
+
+    async def _wait_for_replacements(self) -> None:
+        """With no live server, wait while one is being replaced (then acquire raises)."""
+        while not self.router.alive and self._replacing:
+            await asyncio.wait(set(self._replacing))
 
     async def _update_on(self, server: Server, path: str, version: int) -> None:
         await self._call(server, "POST", "/pause", params={"mode": "keep", "clear_cache": "true"})

@@ -109,8 +109,9 @@ def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: i
     """The inference backend named by ``inference.backend``, serving ``model_path``.
 
     ``vllm_server`` with ``inference.launch: N`` starts N local servers here
-    (their logs in ``run_dir/servers``); the backend stops them when closed.
-    State dicts are published for servers under ``run_dir/weights``.
+    (their logs in ``run_dir/servers``); the backend starts a dead one again
+    (``inference.max_server_restarts``) and stops them when closed. State
+    dicts are published for servers under ``run_dir/weights``.
     """
     inf = config.inference
     if inf.backend == "hf":
@@ -134,13 +135,16 @@ def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: i
                                log_dir=(work or Path(".")) / "servers",
                                max_model_len=max_model_len, served_model_name=inf.model_name,
                                max_batch_size=inf.max_batch_size,
-                               startup_timeout_s=inf.startup_timeout_s)
+                               startup_timeout_s=inf.startup_timeout_s,
+                               max_restarts=inf.max_server_restarts)
         urls = servers.start()
     return VLLMServerBackend(urls, model=inf.model_name, policy_version=version,
                              sync_dir=work / "weights" if work is not None else None,
                              read_timeout_s=inf.read_timeout_s,
                              initial_weights=model_path if inf.urls else None,
-                             on_close=servers.stop if servers is not None else None)
+                             on_close=servers.stop if servers is not None else None,
+                             replace=servers.replace
+                             if servers is not None and inf.max_server_restarts else None)
 
 
 def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any) -> Callable[[], Any]:

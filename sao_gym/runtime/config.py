@@ -129,6 +129,9 @@ class InferenceConfig:
     """``vllm_server``: longest silence within one response before the attempt fails."""
     startup_timeout_s: float = 600.0
     """Longest wait for launched servers (or the in-process engine) to come up."""
+    max_server_restarts: int = 3
+    """``launch``: times each launched server is started again after it dies (its requests
+    wait or go to the others meanwhile); 0: a dead server is only taken out."""
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -137,7 +140,7 @@ class InferenceConfig:
         if self.server not in SERVERS:
             raise ConfigError(f"inference.server must be one of {SERVERS}, got {self.server!r}")
         _at_least(self, 1, "max_batch_size")
-        _at_least(self, 0, "launch")
+        _at_least(self, 0, "launch", "max_server_restarts")
         bad = [u for u in self.urls if not (isinstance(u, str) and u.startswith(("http://",
                                                                                "https://")))]
         if bad:

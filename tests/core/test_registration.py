@@ -323,3 +323,16 @@ def test_cli_lists_and_checks_an_installed_entry_point_package(tmp_path):
                       pythonpath=target)
     assert checked.returncode == 0, checked.stderr
     assert "PASS: plugin/Guess-v0" in checked.stdout
+
+
+def test_unregister_removes_the_id_from_both_registries():
+    sao_gym.register("tests/Temporary-v0", "sao_gym.envs.arithmetic.env:ArithmeticEnv")
+    assert "tests/Temporary-v0" in sao_gym.env_ids() and "tests/Temporary-v0" in gymnasium.registry
+    sao_gym.registration.unregister("tests/Temporary-v0")
+    assert "tests/Temporary-v0" not in sao_gym.env_ids()
+    assert "tests/Temporary-v0" not in gymnasium.registry
+    with pytest.raises(KeyError, match="not registered"):
+        sao_gym.registration.unregister("tests/Temporary-v0")
+    with pytest.raises(KeyError):
+        sao_gym.registration.unregister("CartPole-v1")  # not one of ours: left alone
+    assert "CartPole-v1" in gymnasium.registry

@@ -26,6 +26,7 @@ from sao_gym.rollout import run_episode
 from sao_gym.types import SamplingParams, StopReason
 from sao_gym.wrappers import TurnLimit
 from tests.helpers import EchoEnv
+from tests.processes import command_line, server_processes
 
 MAX_LEN = 1024
 KINDS = ["sao", pytest.param("vllm", marks=pytest.mark.vllm)]
@@ -339,3 +340,44 @@ async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path
     for url in urls:  # stopped with the run
         with pytest.raises(OSError):
             weight_info(url)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_launched_server_killed_during_training_is_replaced_and_no_episode_fails(
+        kind, model_path, tmp_path):
+    import signal
+
+    _need(kind)
+
+    from sao_gym.logging import read_metrics
+    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.config import load_recipe
+
+    sets = {"total_steps": 8, "rollout.batch_size": 4, "rollout.concurrency": 4,
+            "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
+            "rollout.max_episode_steps": 2, "learner.critic_layers": 1,
+            "inference.backend": "vllm_server", "inference.launch": 1, "inference.server": kind,
+            "inference.max_model_len": MAX_LEN,
+            "eval.episodes": 0, "warm_start": "null", "checkpoint.every": 0}
+    config = load_recipe("demo", [f"{k}={v}" for k, v in sets.items()])
+    run = tmp_path / "run"
+    trainer = await asyncio.to_thread(build_trainer, config, run, policy_path=model_path)
+    (first,) = [s.url for s in trainer.backend.router.servers]
+    task = asyncio.ensure_future(trainer.arun())
+    while not ((run / "metrics.jsonl").exists() and len(read_metrics(run)) >= 3):
+        assert not task.done(), task
+        await asyncio.sleep(0.1)
+    port = first.rsplit(":", 1)[1]  # the module's shared server runs too
+    (server,) = [p for p in server_processes() if f"--port\0{port}\0".encode() in command_line(p)]
+    os.kill(server, signal.SIGKILL)
+    await asyncio.wait_for(task, 300)
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    assert rows[-1]["rollout/infra_failures"] == 0  # episodes waited for the new server
+    old, new = trainer.backend.router.servers
+    assert old.url == first and not old.alive and new.alive and new.url != first
+    assert new.version == 8  # it took every update after it came up
+    assert "--- restart 1 ---" in (run / "servers" / "server-0.log").read_text()
+    with pytest.raises(OSError):  # stopped with the run
+        weight_info(new.url)

@@ -15,12 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from sao_gym.logging import read_metrics
 from sao_gym.runtime.build import build_trainer
 from sao_gym.runtime.config import load_config
+from tests.processes import alive, command_line, descendants, server_processes, wait_until
 
 ray = pytest.importorskip("ray")
 
@@ -69,24 +71,6 @@ class OnStep:
 
     def close(self):
         pass
-
-
-def descendants(root: int | None = None) -> set[int]:
-    """``root`` (default: this process) and every process under it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), [root or os.getpid()]
-    while todo:
-        pid = todo.pop()
-        out.add(pid)
-        todo.extend(children.get(pid, []))
-    return out
 
 
 def ray_connections() -> list[tuple[str, str]]:
@@ -172,17 +156,74 @@ def test_a_killed_rollout_worker_is_restarted_and_nothing_counts_twice(cluster, 
     assert f"rollout worker 0 restarted: pid {killed['pid']} -> {stats[0]['pid']}" in caplog.text
 
 
+def test_workers_with_their_own_servers_replace_a_killed_server(cluster, model, tmp_path):
+    """inference.launch on Ray: each worker starts its share of `sao-gym serve` servers (on
+    a leash); one server SIGKILLed mid-run is started again by its worker's backend, loads
+    the newest weights and serves on, with no episode failing; a killed worker's server
+    does not outlive it."""
+    run = tmp_path / "run"
+    state: dict[str, object] = {}
+
+    def kill_then_stop(step):
+        worker = trainer.backend.stats()[0]
+        if step == 3:
+            (server,) = server_processes(worker["pid"])
+            os.kill(server, signal.SIGKILL)
+            state.update(server=server, episodes=worker["episodes"], step=step)
+        elif state and worker["episodes"] >= state["episodes"] + 6 and step >= 8:
+            state["servers"] = server_processes(worker["pid"])
+            other = trainer.backend.stats()[1]["pid"]
+            (state["orphan"],) = server_processes(other)
+            os.kill(other, signal.SIGKILL)  # its server must not outlive it
+            trainer.request_stop()
+
+    cfg = config(cluster, "total_steps=60", "inference.backend=vllm_server",
+                 "inference.launch=2", "inference.server=sao", "inference.max_model_len=512")
+    trainer = build_trainer(cfg, run, policy_path=model, sinks=[OnStep(kill_then_stop)])
+    trainer.run()
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) < 60
+    assert rows[-1]["rollout/infra_failures"] == 0  # the episodes waited, none failed
+    assert all(r["async/staleness_max"] <= cfg.max_staleness for r in rows)
+    (new_server,) = state["servers"]
+    assert new_server != state["server"]
+    log = (run / "workers" / "worker0" / "servers" / "server-0.log").read_text()
+    assert "--- restart 1 ---" in log
+    assert "--- restart" not in (run / "workers" / "worker1" / "servers" /
+                                 "server-0.log").read_text()
+    stats = trainer.backend.stats()
+    # worker 0 sampled with weights published after the restart: the new server took them
+    assert max(stats[0]["versions"]) > state["step"] + 1
+    assert stats[0]["restarts"] == 0  # the server was replaced inside its worker
+    assert wait_until(lambda: not alive(state["orphan"]))  # on its leash
+    assert wait_until(lambda: not alive(new_server))  # stopped with the run
+
+
+def test_an_example_yaml_trains_locally_and_on_ray_with_only_runtime_changed(cluster, model,
+                                                                           tmp_path):
+    """examples/configs/grpo_arithmetic.yaml (GRPO: groups of 4, a recomputed old policy),
+    shortened the same way for both runs."""
+    path = Path(__file__).parents[2] / "examples" / "configs" / "grpo_arithmetic.yaml"
+    short = ["total_steps=3", "rollout.batch_size=8", "rollout.concurrency=8",
+             "rollout.max_new_tokens=8", "warm_start=null", "eval.episodes=0",
+             "checkpoint.every=0"]
+    keys = {}
+    for runtime in ("local", "ray"):
+        cfg = load_config(path, [*short, f"runtime={runtime}", f"ray.address={cluster.address}"])
+        build_trainer(cfg, tmp_path / runtime, policy_path=model).run()
+        rows = read_metrics(tmp_path / runtime)
+        assert [r["step"] for r in rows] == [1, 2, 3], runtime
+        assert all(r["async/staleness_max"] <= 1 for r in rows)
+        keys[runtime] = set(rows[-1])
+    # the same algorithm, the same diagnostics, and the learner actor's memory on Ray
+    assert keys["local"] < keys["ray"]
+    assert keys["ray"] - keys["local"] == {"perf/learner_rss_mb"}
+
+
 def ray_processes(root: int, title: str) -> list[int]:
     """Pids under ``root`` whose command line (Ray's process title) starts with ``title``."""
-    found = []
-    for pid in descendants(root):
-        try:
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if cmdline.startswith(title):
-            found.append(pid)
-    return found
+    return [pid for pid in descendants(root)
+            if command_line(pid).replace(b"\0", b" ").decode().startswith(title)]
 
 
 def wait_for_steps(run, n, proc, timeout=300):

@@ -26,7 +26,15 @@ class FlakyArithmetic(ArithmeticEnv):
         return await super().on_step(action)
 
 
-sao_gym.register("tests/FlakyArithmetic-v0", FlakyArithmetic, max_episode_steps=4)
+
+@pytest.fixture
+def flaky_env():
+    """``tests/FlakyArithmetic-v0``, registered only while the test runs (the registry-wide
+    checks in tests/core must never see it)."""
+    sao_gym.register("tests/FlakyArithmetic-v0", FlakyArithmetic, max_episode_steps=4)
+    yield "tests/FlakyArithmetic-v0"
+    sao_gym.registration.unregister("tests/FlakyArithmetic-v0")
+
 
 FAST = ["rollout.max_new_tokens=12", "rollout.max_context_tokens=1024",
         "learner.critic_warmup_steps=0", "learner.lr=1e-4", "checkpoint.every=0",
@@ -58,10 +66,10 @@ def test_staleness_never_exceeds_the_bound(tmp_path, tiny_model_path):
     assert max(r["async/staleness_max"] for r in rows) >= 1  # it was asynchronous
 
 
-def test_failing_env_does_not_stop_training(tmp_path, tiny_model_path):
+def test_failing_env_does_not_stop_training(tmp_path, tiny_model_path, flaky_env):
     # the learner refuses infra-failure rollouts with an exception, so finishing
     # proves none reached it
-    cfg, _, rows = _train(tmp_path, tiny_model_path, "env=tests/FlakyArithmetic-v0",
+    cfg, _, rows = _train(tmp_path, tiny_model_path, f"env={flaky_env}",
                           "total_steps=4", "rollout.batch_size=2", "rollout.concurrency=4")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["rollout/infra_failures"] > 0
