@@ -1,10 +1,11 @@
 """Starting and stopping local inference servers: :class:`LocalServers`.
 
 ``inference.launch: N`` makes the trainer start N servers on 127.0.0.1 (free
-ports), wait until each answers ``/v1/models``, and stop them at the end.
-A server is ``vllm serve`` (run as ``python -m
-vllm.entrypoints.openai.api_server`` with the flags RL needs, see
-:func:`vllm_command`) or ``sao-gym serve`` (:func:`sao_serve_command`).
+ports; another ``host`` for servers other machines use), wait until each
+answers ``/v1/models``, and stop them at the end. A server is ``vllm serve``
+(run as ``python -m vllm.entrypoints.openai.api_server`` with the flags RL
+needs, see :func:`vllm_command`) or ``sao-gym serve``
+(:func:`sao_serve_command`).
 Each server's output goes to ``log_dir/server-<i>.log``; a server that exits
 or does not come up in time raises :class:`LaunchError` with the end of its
 log. :meth:`LocalServers.replace` starts a dead server again (at most
@@ -73,15 +74,15 @@ def sao_serve_command(python: str, model: str, port: int, *, served_model_name: 
             "--max-batch-size", str(max_batch_size)]
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 class LocalServers:
-    """N inference servers of ``model`` on 127.0.0.1, as child processes.
+    """N inference servers of ``model`` on this machine, as child processes.
 
     Args:
         model: checkpoint directory the servers load.
@@ -93,13 +94,15 @@ class LocalServers:
         max_batch_size: rows a ``sao-gym serve`` decodes together.
         startup_timeout_s: longest wait for all of them (and for a replacement).
         max_restarts: times :meth:`replace` may start each server again.
+        host: the address they listen on and are reached at (default: loopback; a
+            Ray node's address for servers other nodes use).
 
     """
 
     def __init__(self, model: str, n: int, *, kind: str = "auto", python: str | None = None,
                  log_dir: str | os.PathLike[str], max_model_len: int, served_model_name: str =
                  "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0,
-                 max_restarts: int = 3):
+                 max_restarts: int = 3, host: str = "127.0.0.1"):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if kind not in ("auto", "vllm", "sao"):
@@ -111,7 +114,7 @@ class LocalServers:
         self.log_dir = Path(log_dir)
         self.max_model_len, self.served_model_name = max_model_len, served_model_name
         self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
-        self.max_restarts = max_restarts
+        self.max_restarts, self.host = max_restarts, host
         self.restarts = [0] * n
         """Times each server was started again (:meth:`replace`)."""
         self.procs: list[subprocess.Popen] = []
@@ -161,15 +164,15 @@ class LocalServers:
 
     def _spawn(self, i: int) -> tuple[subprocess.Popen, str]:
         """Start server ``i`` on a free port, on a leash, logging to its file; (process, URL)."""
-        port = free_port()
+        port = free_port(self.host)
         if self.kind == "vllm":
             cmd = vllm_command(self.python, self.model, port, max_model_len=self.max_model_len,
-                               served_model_name=self.served_model_name)
+                               served_model_name=self.served_model_name, host=self.host)
         else:
             cmd = sao_serve_command(self.python, self.model, port,
                                     max_model_len=self.max_model_len,
                                     served_model_name=self.served_model_name,
-                                    max_batch_size=self.max_batch_size)
+                                    max_batch_size=self.max_batch_size, host=self.host)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # the leash ends the server when this process dies, however it dies
@@ -180,7 +183,7 @@ class LocalServers:
                 log.flush()
             proc = subprocess.Popen(leashed, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
-        return proc, f"http://127.0.0.1:{port}"
+        return proc, f"http://{self.host}:{port}"
 
     def _wait(self, indices: Iterable[int]) -> None:
         deadline = time.monotonic() + self.startup_timeout_s

@@ -105,13 +105,16 @@ def eval_settings(config: TrainConfig) -> dict[str, Any]:
 
 
 def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int,
-                  run_dir: str | Path | None = None) -> Any:
+                  run_dir: str | Path | None = None, launcher: Callable[..., Any] | None = None
+                  ) -> Any:
     """The inference backend named by ``inference.backend``, serving ``model_path``.
 
-    ``vllm_server`` with ``inference.launch: N`` starts N local servers here
-    (their logs in ``run_dir/servers``); the backend starts a dead one again
-    (``inference.max_server_restarts``) and stops them when closed. State
-    dicts are published for servers under ``run_dir/weights``.
+    ``vllm_server`` with ``inference.launch: N`` starts N servers here with
+    ``launcher`` (:class:`~sao_gym.inference.launch.LocalServers`' signature
+    and ``start``/``replace``/``stop``; default: LocalServers, child
+    processes), their logs in ``run_dir/servers``; the backend starts a dead
+    one again (``inference.max_server_restarts``) and stops them when
+    closed. State dicts are published for servers under ``run_dir/weights``.
     """
     inf = config.inference
     if inf.backend == "hf":
@@ -131,12 +134,11 @@ def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: i
     work = Path(run_dir) if run_dir is not None else None
     urls, servers = list(inf.urls), None
     if not urls:
-        servers = LocalServers(model_path, inf.launch, kind=inf.server, python=inf.server_python,
-                               log_dir=(work or Path(".")) / "servers",
-                               max_model_len=max_model_len, served_model_name=inf.model_name,
-                               max_batch_size=inf.max_batch_size,
-                               startup_timeout_s=inf.startup_timeout_s,
-                               max_restarts=inf.max_server_restarts)
+        servers = (launcher or LocalServers)(
+            model_path, inf.launch, kind=inf.server, python=inf.server_python,
+            log_dir=(work or Path(".")) / "servers", max_model_len=max_model_len,
+            served_model_name=inf.model_name, max_batch_size=inf.max_batch_size,
+            startup_timeout_s=inf.startup_timeout_s, max_restarts=inf.max_server_restarts)
         urls = servers.start()
     return VLLMServerBackend(urls, model=inf.model_name, policy_version=version,
                              sync_dir=work / "weights" if work is not None else None,

@@ -189,11 +189,18 @@ class RayConfig:
     """Object store of a local instance (null: Ray's default); ignored when joining."""
     startup_timeout_s: float = 300.0
     """Longest wait for an actor to come up (model loading included)."""
+    server_actors: bool = False
+    """``inference.launch`` servers as actors of their own, spread over the nodes, instead
+    of child processes of each rollout worker (docs/scale.md)."""
+    server_num_cpus: float = 0.0
+    """Logical CPUs Ray reserves per server actor."""
+    server_num_gpus: float = 0.0
+    """GPUs per server actor."""
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "rollout_workers", "worker_threads")
         _at_least(self, 0, "max_worker_restarts", "worker_num_cpus", "worker_num_gpus",
-                  "learner_num_cpus", "learner_num_gpus")
+                  "learner_num_cpus", "learner_num_gpus", "server_num_cpus", "server_num_gpus")
         for name in ("episodes_per_worker", "learner_threads", "num_cpus",
                      "object_store_memory_mb"):
             if getattr(self, name) is not None:
@@ -356,6 +363,9 @@ class TrainConfig:
         if not grouped and self.rollout.group_size != 1:
             raise ConfigError(f"{self.algorithm} trains single rollouts: rollout.group_size "
                               f"must be 1, got {self.rollout.group_size}")
+        if self.ray.server_actors and not self.inference.launch:
+            raise ConfigError("ray.server_actors runs the servers of inference.launch as "
+                              "actors: set inference.backend=vllm_server and inference.launch")
 
     @property
     def episodes_per_worker(self) -> int:

@@ -150,6 +150,12 @@ def test_ray_section_is_validated():
                          ("ray.rollout_workers=0", "ray.rollout_workers must be >= 1"),
                          ("ray.episodes_per_worker=0", "ray.episodes_per_worker must be >= 1"),
                          ("ray.worker_num_cpus=-1", "ray.worker_num_cpus must be >= 0"),
+                         ("ray.server_num_gpus=-1", "ray.server_num_gpus must be >= 0"),
+                         ("ray.server_actors=maybe", "expected bool"),
+                         ("ray.server_actors=true", "set inference.backend=vllm_server and "
+                                                    "inference.launch"),
+                         ("inference.max_server_restarts=-1",
+                          "inference.max_server_restarts must be >= 0"),
                          ("ray.adress=auto", "unknown key")]:
         with pytest.raises(ConfigError, match=message):
             load_config(None, [bad])

@@ -199,6 +199,54 @@ def test_workers_with_their_own_servers_replace_a_killed_server(cluster, model, 
     assert wait_until(lambda: not alive(new_server))  # stopped with the run
 
 
+def test_server_actors_come_back_after_their_process_or_their_actor_dies(cluster, model,
+                                                                       tmp_path):
+    """ray.server_actors: each worker owns its server as an actor (on the node's address);
+    a killed server process is started again inside its actor, a killed actor is replaced
+    by a new one (its server goes with it, on its leash); no episode fails."""
+    run = tmp_path / "run"
+    me = os.getpid()
+    state: dict[str, object] = {}
+
+    def actors() -> list[int]:
+        return sorted(ray_processes(me, "ray::ServerActor"))
+
+    def chaos(step):
+        if step == 3:
+            state["actors"] = actors()
+            assert len(state["actors"]) == 2
+            (server,) = server_processes(state["actors"][0])
+            os.kill(server, signal.SIGKILL)
+            state["server"] = server
+        elif step == 7:
+            victim = state["actors"][1]
+            (state["victim_server"],) = server_processes(victim)
+            os.kill(victim, signal.SIGKILL)
+            state["victim"] = victim
+        elif "victim" in state and step >= 12 and len(actors()) == 2 and \
+                len(server_processes()) == 2 and state["victim"] not in actors():
+            state["end"] = (actors(), server_processes())
+            trainer.request_stop()
+
+    cfg = config(cluster, "total_steps=80", "inference.backend=vllm_server",
+                 "inference.launch=2", "inference.server=sao", "inference.max_model_len=512",
+                 "ray.server_actors=true")
+    trainer = build_trainer(cfg, run, policy_path=model, sinks=[OnStep(chaos)])
+    trainer.run()
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) < 80
+    assert rows[-1]["rollout/infra_failures"] == 0
+    assert all(r["async/staleness_max"] <= cfg.max_staleness for r in rows)
+    end_actors, end_servers = state["end"]
+    assert state["actors"][0] in end_actors  # the first actor restarted its server itself
+    assert state["server"] not in end_servers and state["victim_server"] not in end_servers
+    assert not alive(state["victim_server"])  # ended with its actor
+    logs = sorted(run.glob("workers/worker*/servers/actor-0/server-0.log"))
+    assert len(logs) == 2 and sum("--- restart 1 ---" in p.read_text() for p in logs) == 1
+    assert [s["restarts"] for s in trainer.backend.stats()] == [0, 0]  # workers lived on
+    assert wait_until(lambda: not any(alive(p) for p in end_servers))  # stopped with the run
+
+
 def test_an_example_yaml_trains_locally_and_on_ray_with_only_runtime_changed(cluster, model,
                                                                            tmp_path):
     """examples/configs/grpo_arithmetic.yaml (GRPO: groups of 4, a recomputed old policy),

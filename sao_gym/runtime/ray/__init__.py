@@ -11,6 +11,8 @@
   (its unfinished episodes run again; finished ones were delivered once);
 - :mod:`~sao_gym.runtime.ray.learner`: the learner actor and the driver's
   proxies for it (learner and checkpointer);
+- :mod:`~sao_gym.runtime.ray.servers`: inference servers as actors a worker
+  owns (``ray.server_actors``), replaced when their process or actor dies;
 - :mod:`~sao_gym.runtime.ray.build`: :func:`build_ray_trainer`, the same
   :class:`~sao_gym.runtime.trainer.Trainer` and
   :class:`~sao_gym.runtime.source.RolloutSource` as one process, with the

@@ -10,7 +10,8 @@ What runs where:
   nodes), each with its own environments, agents and backend: in-process
   (``hf``, ``vllm``), or clients of its share of the inference servers
   (``vllm_server``: ``inference.urls`` dealt round-robin, or
-  ``inference.launch`` servers started by the workers, the same number on each);
+  ``inference.launch`` servers started by the workers, the same number on each,
+  as child processes or, with ``ray.server_actors``, as actors of their own);
 - one **learner** (:class:`~sao_gym.runtime.ray.learner.LearnerService`),
   which also writes the checkpoints.
 

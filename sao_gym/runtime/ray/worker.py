@@ -19,6 +19,7 @@ are generating, as in one process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -61,8 +62,14 @@ class RolloutWorker:
         self.version = spec.version
         self.episodes = 0
         self.make_env = env_factory(config)
+        launcher = None
+        if config.ray.server_actors:  # servers as actors this worker owns
+            from sao_gym.runtime.ray.servers import RayServers
+
+            launcher = functools.partial(RayServers, num_cpus=config.ray.server_num_cpus,
+                                         num_gpus=config.ray.server_num_gpus)
         self.backend = build_backend(config, spec.policy_path, version=spec.version,
-                                     seed=spec.seed, run_dir=spec.run_dir)
+                                     seed=spec.seed, run_dir=spec.run_dir, launcher=launcher)
         self.make_agent = agent_factory(config, self.backend,
                                         AutoTokenizer.from_pretrained(spec.tokenizer_path))
         self._loading = asyncio.Lock()
