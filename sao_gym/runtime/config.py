@@ -180,7 +180,9 @@ class RayConfig:
     worker_threads: int = 1
     """torch threads of each rollout worker's in-process backend."""
     learner_threads: int | None = None
-    """torch threads of the learner (null: torch's default, one per core)."""
+    """torch threads of the learner (null: Ray's own rule for an actor's threads,
+    ``floor(learner_num_cpus)``, at least 1, so the learner does not contend for the
+    cores of the workers it shares a node with)."""
     max_worker_restarts: int = 3
     """Times each rollout worker is replaced after dying before the run gives it up."""
     num_cpus: int | None = None

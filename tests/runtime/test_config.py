@@ -161,6 +161,15 @@ def test_ray_section_is_validated():
             load_config(None, [bad])
 
 
+def test_the_learner_takes_rays_thread_rule_unless_told():
+    from sao_gym.runtime.ray.learner import learner_threads
+
+    threads = {over: learner_threads(load_config(None, list(over)).ray) for over in [
+        (), ("ray.learner_num_cpus=0.5",), ("ray.learner_num_cpus=3.7",),
+        ("ray.learner_num_cpus=3", "ray.learner_threads=8")]}
+    assert list(threads.values()) == [1, 1, 3, 8]
+
+
 def test_ray_shares_servers_between_workers():
     from sao_gym.runtime.ray.build import worker_config
 

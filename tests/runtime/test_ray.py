@@ -119,6 +119,7 @@ def test_two_workers_and_a_learner_train_20_steps_on_two_nodes(cluster, model,
     assert max(r["async/staleness_max"] for r in rows) == 1  # asynchronous, at the bound
     stats = trainer.backend.stats()
     assert [s["restarts"] for s in stats] == [0, 0]
+    assert trainer.learner.threads == 1  # floor(ray.learner_num_cpus=0), at least 1
     for s in stats:  # each worker sampled with many versions: the weights reached it
         assert s["episodes"] > 10 and len(s["versions"]) >= 5 and max(s["versions"]) >= 15, s
     # every connection of the cluster, driver and workers is on the loopback range

@@ -126,7 +126,8 @@ def _start_learner(config: TrainConfig, policy_path: str, run_dir: Path,
         raise TimeoutError(f"the learner actor was not up within ray.startup_timeout_s="
                            f"{rc.startup_timeout_s} s (not enough resources in the cluster?)"
                            ) from None
-    logger.info("learner actor up (pid %d, step %d)", info["pid"], info["steps_done"])
+    logger.info("learner actor up (pid %d, %d torch threads, step %d)", info["pid"],
+                info["threads"], info["steps_done"])
     return RemoteLearner(actor, info, dead_errors=_dead_errors(), run_dir=run_dir)
 
 

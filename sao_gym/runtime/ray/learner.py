@@ -19,6 +19,7 @@ every step is logged once).
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,16 @@ class LearnerDied(RuntimeError):
     """The learner actor is gone; the message says how to resume."""
 
 
+def learner_threads(ray_config: Any) -> int:
+    """The learner's torch threads: ``ray.learner_threads``, else Ray's rule.
+
+    Ray's rule for an actor's OMP threads: ``floor`` of its CPUs, at least 1.
+    """
+    if ray_config.learner_threads is not None:
+        return ray_config.learner_threads
+    return max(1, math.floor(ray_config.learner_num_cpus))
+
+
 class LearnerService:
     """The learner actor's body (see module docs)."""
 
@@ -43,7 +54,7 @@ class LearnerService:
         from sao_gym.runtime.build import learner_config
         from sao_gym.runtime.checkpoint import CheckpointManager
 
-        torch.set_num_threads(config.ray.learner_threads or os.cpu_count() or 1)
+        torch.set_num_threads(learner_threads(config.ray))
         self.learner = build_learner(config.algorithm, policy_path, learner_config(config),
                                      total_steps=config.total_steps,
                                      temperature=config.rollout.temperature)
@@ -53,8 +64,11 @@ class LearnerService:
             self.learner.load_state_dict(state)
 
     def info(self) -> dict[str, Any]:
-        """pid, learner steps done, policy version and the most versions one step adds."""
-        return {"pid": os.getpid(), "steps_done": self.learner.steps_done,
+        """pid, torch threads, steps done, policy version, most versions a step adds."""
+        import torch
+
+        return {"pid": os.getpid(), "threads": torch.get_num_threads(),
+                "steps_done": self.learner.steps_done,
                 "policy_version": self.learner.policy_version,
                 "max_versions_per_step": self.learner.max_versions_per_step}
 
@@ -90,6 +104,7 @@ class RemoteLearner:
                  dead_errors: tuple[type[BaseException], ...], run_dir: str | Path):
         self.actor, self.dead_errors, self.run_dir = actor, dead_errors, Path(run_dir)
         self.pid: int = info["pid"]
+        self.threads: int = info["threads"]
         self.steps_done: int = info["steps_done"]
         self.policy_version: int = info["policy_version"]
         self.max_versions_per_step: int = info["max_versions_per_step"]
