@@ -282,6 +282,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from sao_gym.inference.server import serve
     from sao_gym.runtime.job import resolve_model
 
+    if args.threads is not None and args.threads < 1:
+        print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+
     logging.getLogger("sao_gym").setLevel(logging.INFO)
     try:
         path = resolve_model(args.model, Path(tempfile.mkdtemp(prefix="sao-gym-serve-")),
@@ -293,7 +297,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
           flush=True)
     serve(path, host=args.host, port=args.port, served_model_name=args.served_model_name,
           max_batch_size=args.max_batch_size, max_model_len=args.max_model_len, seed=args.seed,
-          dtype=args.dtype)
+          dtype=args.dtype, threads=args.threads)
     return 0
 
 
@@ -419,6 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--max-model-len", type=int, default=None,
                      help="context limit (default: the model's positions)")
     srv.add_argument("--dtype", default="float32")
+    srv.add_argument("--threads", type=int, default=None,
+                     help="torch CPU threads (default: one per core)")
     srv.add_argument("--seed", type=int, default=None,
                      help="stream of requests sent without a seed")
     srv.set_defaults(fn=_cmd_serve)

@@ -66,12 +66,23 @@ def vllm_command(python: str, model: str, port: int, *, served_model_name: str =
 
 
 def sao_serve_command(python: str, model: str, port: int, *, served_model_name: str = "policy",
-                      max_model_len: int, max_batch_size: int = 32, host: str = "127.0.0.1"
-                      ) -> list[str]:
+                      max_model_len: int, max_batch_size: int = 32, host: str = "127.0.0.1",
+                      threads: int | None = None) -> list[str]:
     """``sao-gym serve`` on the same protocol (HFBackend in the server process)."""
-    return [python, "-m", "sao_gym.cli", "serve", model, "--host", host, "--port", str(port),
-            "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
-            "--max-batch-size", str(max_batch_size)]
+    cmd = [python, "-m", "sao_gym.cli", "serve", model, "--host", host, "--port", str(port),
+           "--served-model-name", served_model_name, "--max-model-len", str(max_model_len),
+           "--max-batch-size", str(max_batch_size)]
+    return cmd + (["--threads", str(threads)] if threads is not None else [])
+
+
+def shared_threads(n: int, cores: int | None = None) -> int:
+    """Threads for each of ``n`` servers sharing ``cores`` with their launcher.
+
+    ``cores // (n + 1)``, at least 1 (``cores``: this machine's by default). One
+    per core in every process would oversubscribe the cores, and OpenMP's threads
+    then wait on each other (measured: a test 80x slower with a core busy).
+    """
+    return max(1, (cores or os.cpu_count() or 1) // (n + 1))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -94,6 +105,8 @@ class LocalServers:
         max_batch_size: rows a ``sao-gym serve`` decodes together.
         startup_timeout_s: longest wait for all of them (and for a replacement).
         max_restarts: times :meth:`replace` may start each server again.
+        threads: torch threads of each ``sao-gym serve`` server (default:
+            :func:`shared_threads`; vLLM servers keep their own rule).
         host: the address they listen on and are reached at (default: loopback; a
             Ray node's address for servers other nodes use).
 
@@ -102,7 +115,7 @@ class LocalServers:
     def __init__(self, model: str, n: int, *, kind: str = "auto", python: str | None = None,
                  log_dir: str | os.PathLike[str], max_model_len: int, served_model_name: str =
                  "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0,
-                 max_restarts: int = 3, host: str = "127.0.0.1"):
+                 max_restarts: int = 3, host: str = "127.0.0.1", threads: int | None = None):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if kind not in ("auto", "vllm", "sao"):
@@ -115,6 +128,7 @@ class LocalServers:
         self.max_model_len, self.served_model_name = max_model_len, served_model_name
         self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
         self.max_restarts, self.host = max_restarts, host
+        self.threads = threads if threads is not None else shared_threads(n)
         self.restarts = [0] * n
         """Times each server was started again (:meth:`replace`)."""
         self.procs: list[subprocess.Popen] = []
@@ -172,7 +186,8 @@ class LocalServers:
             cmd = sao_serve_command(self.python, self.model, port,
                                     max_model_len=self.max_model_len,
                                     served_model_name=self.served_model_name,
-                                    max_batch_size=self.max_batch_size, host=self.host)
+                                    max_batch_size=self.max_batch_size, host=self.host,
+                                    threads=self.threads)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # the leash ends the server when this process dies, however it dies

@@ -222,7 +222,10 @@ class _Server:
         config = {"model_config": {"logprobs_mode": "processed_logprobs",
                                    "max_model_len": self.max_model_len,
                                    "generation_config": "vllm"}}
-        return web.json_response({"server": "sao-gym", "vllm_config": config})
+        import torch
+
+        return web.json_response({"server": "sao-gym", "vllm_config": config,
+                                  "threads": torch.get_num_threads()})
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -256,9 +259,19 @@ def build_app(backend: Any, *, model: str = "policy", max_model_len: int,
 def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000,
           served_model_name: str = "policy", max_batch_size: int = 32,
           max_model_len: int | None = None, seed: int | None = None,
-          dtype: str = "float32", device: str = "cpu") -> None:
-    """Load ``model_path`` into an ``HFBackend`` and serve it until SIGINT/SIGTERM."""
+          dtype: str = "float32", device: str = "cpu", threads: int | None = None) -> None:
+    """Load ``model_path`` into an ``HFBackend`` and serve it until SIGINT/SIGTERM.
+
+    ``threads``: torch's CPU threads (default: torch's own, one per core).
+    """
+    import torch
+
     from sao_gym.inference.hf import HFBackend
+
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
 
     async def make() -> web.Application:
         backend = HFBackend(model_path, max_batch_size=max_batch_size, seed=seed, dtype=dtype,

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from sao_gym.inference.launch import LaunchError, LocalServers
+from sao_gym.inference.launch import LaunchError, LocalServers, sao_serve_command, shared_threads
 from tests.processes import alive, command_line, descendants, wait_until
 
 
@@ -94,3 +94,21 @@ def test_replace_starts_a_dead_server_again_until_max_restarts(tiny_model_path, 
     assert not answers(new) and not answers(other) and not alive(leash)
     with pytest.raises(LaunchError, match="stopped"):
         servers.replace(other)
+
+
+def test_servers_share_the_cores_with_their_launcher():
+    assert [shared_threads(n, cores) for n, cores in
+            [(1, 2), (2, 2), (1, 16), (3, 16), (5, 16), (1, 1)]] == [1, 1, 8, 4, 2, 1]
+    assert shared_threads(1) == max(1, (os.cpu_count() or 1) // 2)
+    cmd = sao_serve_command("py", "m", 9, max_model_len=64, threads=3)
+    assert cmd[cmd.index("--threads") + 1] == "3"
+    assert "--threads" not in sao_serve_command("py", "m", 9, max_model_len=64)
+    assert LocalServers("m", 3, kind="sao", log_dir=".", max_model_len=64).threads == \
+        shared_threads(3)
+    assert LocalServers("m", 3, kind="sao", log_dir=".", max_model_len=64, threads=5).threads == 5
+
+
+def test_serve_rejects_a_bad_thread_count():
+    done = subprocess.run([sys.executable, "-m", "sao_gym.cli", "serve", "tiny", "--threads", "0"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--threads must be >= 1, got 0" in done.stderr

@@ -91,6 +91,11 @@ def weight_info(url: str) -> str:
         return json.loads(r.read())["weight_version"]
 
 
+def server_threads(url: str) -> int:
+    with urllib.request.urlopen(url + "/server_info", timeout=10) as r:
+        return json.loads(r.read())["threads"]
+
+
 async def check_episode_logprobs(backend, hf_model, tokenizer, temperature: float) -> None:
     """A 5-turn LLMAgent episode's sampler logprobs equal a fresh HF forward pass's."""
     agent = LLMAgent(backend, tokenizer, max_new_tokens=24, temperature=temperature)
@@ -333,6 +338,8 @@ async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path
                                       policy_path=model_path)
     urls = [s.url for s in trainer.backend.router.servers]
     assert len(urls) == 2 and all(weight_info(u) == "0" for u in urls)
+    # the servers share the cores with the trainer: each runs cores // 3 threads (at least 1)
+    assert [server_threads(u) for u in urls] == [max(1, (os.cpu_count() or 1) // 3)] * 2
     assert sorted(p.name for p in (tmp_path / "run" / "servers").iterdir()) == [
         "server-0.log", "server-1.log"]
     await asyncio.wait_for(trainer.arun(), 300)
