@@ -112,3 +112,11 @@ def test_serve_rejects_a_bad_thread_count():
     done = subprocess.run([sys.executable, "-m", "sao_gym.cli", "serve", "tiny", "--threads", "0"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--threads must be >= 1, got 0" in done.stderr
+
+
+def test_server_actors_take_rays_thread_rule():
+    from sao_gym.runtime.ray.servers import RayServers
+
+    threads = [RayServers("m", 1, log_dir=".", **cpus).server_kwargs["threads"]
+               for cpus in ({}, {"num_cpus": 2.5}, {"num_cpus": 4, "threads": 2})]
+    assert threads == [1, 2, 2]

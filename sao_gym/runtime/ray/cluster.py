@@ -18,6 +18,7 @@ a real cluster's nodes must reach each other.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -31,6 +32,15 @@ LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 class RayUnavailable(RuntimeError):
     """Ray is not installed, or local Ray was asked for after Ray was imported without it."""
+
+
+def actor_threads(num_cpus: float) -> int:
+    """Ray's rule for an actor's OMP threads: ``floor`` of the CPUs it reserves, at least 1.
+
+    The learner and server actors follow it unless told otherwise, so actors that
+    share a node do not each run one thread per core.
+    """
+    return max(1, math.floor(num_cpus))
 
 
 def _import_ray(*, local: bool) -> Any:

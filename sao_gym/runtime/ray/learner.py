@@ -19,7 +19,6 @@ every step is logged once).
 from __future__ import annotations
 
 import logging
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,14 @@ class LearnerDied(RuntimeError):
 def learner_threads(ray_config: Any) -> int:
     """The learner's torch threads: ``ray.learner_threads``, else Ray's rule.
 
-    Ray's rule for an actor's OMP threads: ``floor`` of its CPUs, at least 1.
+    Ray's rule: :func:`~sao_gym.runtime.ray.cluster.actor_threads` of
+    ``ray.learner_num_cpus``.
     """
+    from sao_gym.runtime.ray.cluster import actor_threads
+
     if ray_config.learner_threads is not None:
         return ray_config.learner_threads
-    return max(1, math.floor(ray_config.learner_num_cpus))
+    return actor_threads(ray_config.learner_num_cpus)
 
 
 class LearnerService:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sao_gym.inference.launch import LaunchError
+from sao_gym.runtime.ray.cluster import actor_threads
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,9 @@ class RayServers:
             raise ValueError(f"n must be >= 1, got {n}")
         self.model, self.n, self.log_dir = model, n, Path(log_dir)
         self.startup_timeout_s, self.max_restarts = startup_timeout_s, max_restarts
-        self.server_kwargs = {**server_kwargs, "startup_timeout_s": startup_timeout_s,
+        # a server actor's threads follow Ray's rule for its CPUs, as the learner's do
+        self.server_kwargs = {"threads": actor_threads(num_cpus), **server_kwargs,
+                              "startup_timeout_s": startup_timeout_s,
                               "max_restarts": max_restarts}
         self.options = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0,
                         "scheduling_strategy": "SPREAD"}
