@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,9 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = ["ProgressDisplay", "format_duration", "format_value"]
+
+ETA_WINDOW_STEPS = 20
+"""Recent steps whose mean duration the ETA is computed from."""
 
 # (label, metric key, format) shown in the panel and the plain line, in order.
 _FIELDS: tuple[tuple[str, str, str], ...] = (
@@ -85,9 +89,16 @@ class ProgressDisplay:
             when ``console.is_terminal``, plain lines otherwise.
         plain_interval_s: least seconds between two plain lines.
         initial_step: the step the run starts after (a resumed run's
-            checkpoint step), so the ETA uses only this session's rate.
+            checkpoint step), so the ETA uses only this session's steps.
         clock: seconds, monotonic (injected by tests).
         refresh_per_second: redraws of the live panel.
+
+    The ETA is the steps left times the mean duration of the last
+    :data:`ETA_WINDOW_STEPS` steps, not counting the session's first step
+    once there are others: that one carries the start-up (the first
+    episodes, compilation), which a mean over the whole session spreads over
+    every step left (a 39 s run read 5m38s). Between steps the ETA counts
+    down by at most one step.
 
     Use as a context manager, or call :meth:`close` at the end.
 
@@ -106,6 +117,8 @@ class ProgressDisplay:
         self._refresh_per_second = refresh_per_second
         self._start = clock()
         self._step: int | None = None
+        # (step, clock) of this session's updates: the first is the end of the start-up step
+        self._marks: deque[tuple[int, float]] = deque(maxlen=ETA_WINDOW_STEPS + 1)
         self._metrics: Mapping[str, Any] = {}
         self._live: Live | None = None
         self._last_line_at: float | None = None
@@ -140,6 +153,7 @@ class ProgressDisplay:
         except (TypeError, ValueError):
             self._step = None
         self._metrics = dict(metrics) if isinstance(metrics, Mapping) else {}
+        self._mark(self._clock())
         if self.live:
             self._start_live()
             if self._live is not None:
@@ -161,6 +175,7 @@ class ProgressDisplay:
         """
         self._start = self._clock()
         self.initial_step = int(initial_step)
+        self._marks.clear()
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """:meth:`update` under the metric-sink name (the trainer's sinks call ``log``)."""
@@ -178,18 +193,40 @@ class ProgressDisplay:
 
     # -- what is shown ------------------------------------------------------
 
+    def _mark(self, now: float) -> None:
+        """Note when the latest step ended (a step that went back starts the window again)."""
+        if self._step is None:
+            return
+        if self._marks and self._step < self._marks[-1][0]:
+            self._marks.clear()
+        if not self._marks or self._step > self._marks[-1][0]:
+            self._marks.append((self._step, now))
+
+    def _seconds_per_step(self) -> float | None:
+        """Mean seconds per step of the recent steps (the class docs), or None before any."""
+        if len(self._marks) >= 2:  # the window starts where the first step ended
+            (first, t0), (last, t1) = self._marks[0], self._marks[-1]
+        elif self._marks:  # the first step alone: all we know
+            (first, t0), (last, t1) = (self.initial_step, self._start), self._marks[-1]
+        else:
+            return None
+        if last <= first or t1 <= t0:  # no time measured yet
+            return None
+        return (t1 - t0) / (last - first)
+
     def _timing(self, now: float) -> tuple[float, float | None]:
-        """(elapsed seconds, ETA seconds or None) from this session's step rate."""
+        """(elapsed seconds, ETA seconds or None) of this session."""
         elapsed = max(now - self._start, 0.0)
         if self._step is None:
             return elapsed, None
         remaining = self.total_steps - self._step
         if remaining <= 0:
             return elapsed, 0.0
-        done = self._step - self.initial_step
-        if done <= 0 or elapsed <= 0:
+        per_step = self._seconds_per_step()
+        if per_step is None:
             return elapsed, None
-        return elapsed, remaining * elapsed / done
+        since_last = max(now - self._marks[-1][1], 0.0)
+        return elapsed, max(remaining * per_step - min(since_last, per_step), 0.0)
 
     def _step_text(self) -> str:
         return f"{'-' if self._step is None else self._step}/{self.total_steps}"
