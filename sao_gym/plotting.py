@@ -15,10 +15,11 @@ dir's name:
 A panel that no run has data for is left out, and so is a panel whose data
 repeats an earlier panel's in every run (mean return *is* the success rate
 when rewards are 0/1); a figure left with no panel is not written. With
-``smooth`` > 0 each curve is an EMA over its faint raw values. Where a run dir
-holds the job's evaluations (``eval_before.json``, ``eval_after.json``), the
-success panel marks them: held-out success before RL at the first step and
-after RL at the last, with 95% intervals. Figures are drawn on matplotlib's
+``smooth`` > 0 each curve is a bias-corrected EMA (:func:`smooth_ema`) over
+its faint raw values. Where a run dir holds the job's evaluations
+(``eval_before.json``, ``eval_after.json``), the success panel marks them:
+held-out success before RL at the first step and after RL at the last, with
+95% intervals. Figures are drawn on matplotlib's
 Agg canvas (no display, no pyplot state). ``sao-gym plot RUN_DIR [--compare
 RUN_DIR2 ...]`` is the CLI.
 """
@@ -104,20 +105,28 @@ def _column(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 
 def smooth_ema(values: Sequence[float], weight: float) -> list[float]:
-    """Exponential moving average with ``weight`` on the past (0 = none); nan stays nan.
+    """Bias-corrected exponential moving average, ``weight`` on the past (0 = none).
 
-    >>> smooth_ema([1.0, 3.0, float("nan"), 5.0], 0.5)
-    [1.0, 2.0, nan, 3.5]
+    The average starts at zero and the t-th finite value is shown divided by
+    ``1 - weight**t`` (TensorBoard's and Adam's correction): an average
+    started at the first value would give that one value the weight
+    ``weight**(t-1)``, so a slow first step (start-up) held a short run's
+    throughput curve down for tens of steps. nan stays nan and does not
+    count as a step.
+
+    >>> [round(v, 4) for v in smooth_ema([1.0, 3.0, float("nan"), 5.0], 0.5)]
+    [1.0, 2.3333, nan, 3.8571]
     """
     if not 0.0 <= weight < 1.0:
         raise ValueError(f"smoothing weight must be in [0, 1), got {weight}")
-    out, last = [], None
+    out, average, t = [], 0.0, 0
     for value in values:
         if not math.isfinite(value):
             out.append(math.nan)
             continue
-        last = value if last is None else weight * last + (1.0 - weight) * value
-        out.append(last)
+        t += 1
+        average = weight * average + (1.0 - weight) * value
+        out.append(average / (1.0 - weight ** t))
     return out
 
 

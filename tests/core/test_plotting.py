@@ -81,10 +81,20 @@ def test_errors(tmp_path):
         plot_runs(run, smooth=1.0)
 
 
-def test_smooth_ema():
+def test_smooth_ema_is_bias_corrected():
+    # by hand: m_t = w m_(t-1) + (1 - w) x_t from m_0 = 0, drawn as m_t / (1 - w^t);
+    # nan stays nan and does not count as a step
     out = smooth_ema([1.0, 3.0, math.nan, 5.0], 0.5)
-    assert out[:2] == [1.0, 2.0] and math.isnan(out[2]) and out[3] == 3.5
+    # m = 0.5, 1.75, -, 3.375 over 1 - w^t = 0.5, 0.75, -, 0.875
+    assert out[0] == 1.0 and out[1] == pytest.approx(7 / 3) and math.isnan(out[2])
+    assert out[3] == pytest.approx(27 / 7)
     assert smooth_ema([1.0, 2.0], 0.0) == [1.0, 2.0]
+    # a slow first step does not hold the curve down: throughput 0.2, then 3.2 a step
+    # m = 0.02, 0.338, 0.6242 over 0.1, 0.19, 0.271 (initialised at x_1: 0.2, 0.5, 0.77)
+    out = smooth_ema([0.2, 3.2, 3.2], 0.9)
+    assert out == pytest.approx([0.2, 0.338 / 0.19, 0.6242 / 0.271])
+    out = smooth_ema([math.nan, 4.0, 4.0], 0.9)  # a constant stays constant
+    assert math.isnan(out[0]) and out[1:] == pytest.approx([4.0, 4.0])
 
 
 def test_cli_plot_prints_the_paths(tmp_path, capsys):
