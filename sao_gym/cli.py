@@ -136,7 +136,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     try:
         with ProgressDisplay(config.total_steps, console=console) as display:
             result = train(config, run_dir, resume=bool(args.resume), display=display,
-                           say=lambda text: console.print(f"[dim]{text}[/]"))
+                           say=lambda text: console.print(text, style="dim", markup=False,
+                                                          highlight=False, soft_wrap=True))
     except (InferenceError, RolloutsFailing, LearnerDied) as e:
         print(f"error: {e}", file=sys.stderr)
         if (run_dir / "checkpoints").is_dir():
@@ -148,10 +149,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _print_result(result: dict) -> None:
+    """The job's result; an interrupted run (SIGINT/SIGTERM) says where it stopped, no gain."""
     print(f"run dir:    {result['run_dir']}")
     print(f"checkpoint: {result.get('checkpoint')}")
     before, after = result.get("eval_before"), result.get("eval_after")
-    if before and after:
+    if result.get("interrupted"):
+        print(f"stopped:    interrupted at step {result.get('steps_done')} of "
+              f"{result.get('total_steps')}, the trained model not evaluated "
+              f"(`sao-gym train --resume {result['run_dir']}` continues)")
+    elif before and after:
         for line in _gain_lines(before, after):
             print(line)
     for path in result.get("plots", []):

@@ -178,6 +178,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         say(f"evaluating the starting model on {config.eval.episodes} episodes")
         before = evaluate_policy(policy, **settings)
         (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
+    if resume:
+        say(_resuming(run_dir))
     say(f"training: {config.algorithm} ({config.mode}), {config.total_steps} steps")
     trainer = build_trainer(config, run_dir, policy_path=policy, resume=resume,
                             sinks=[display] if display is not None else [])
@@ -186,7 +188,12 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     last = trainer.run()
     result["checkpoint"] = str(last) if last else None
     result["nonfinite_steps"] = trainer.nonfinite_steps
-    if config.eval.episodes and last is not None:
+    result.update(steps_done=trainer.learner.steps_done, total_steps=trainer.total_steps,
+                  interrupted=trainer.interrupted)
+    if trainer.interrupted:
+        say(f"interrupted at step {trainer.learner.steps_done} of {trainer.total_steps}: "
+            "the trained model is not evaluated")
+    elif config.eval.episodes and last is not None:
         say(f"evaluating the trained model on {config.eval.episodes} episodes")
         after = evaluate_policy(str(last / "policy"), **settings)
         (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
@@ -196,6 +203,17 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             result[name] = json.loads(path.read_text())
     result["plots"] = [str(p) for p in _plots(run_dir)]
     return result
+
+
+def _resuming(run_dir: Path) -> str:
+    """Where ``--resume`` takes a run up: its latest checkpoint's step."""
+    from sao_gym.runtime.checkpoint import CheckpointManager
+
+    done = CheckpointManager(run_dir).complete()
+    if not done:
+        return f"resuming {run_dir}: no checkpoint yet, so from step 0"
+    step, path = done[-1]
+    return f"resuming {run_dir} from step {step} (checkpoint {path})"
 
 
 def _plots(run_dir: Path) -> list[Path]:

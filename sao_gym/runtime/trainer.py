@@ -130,6 +130,9 @@ class Trainer:
         self.last_checkpoint: Path | None = None
         self.loop_seconds = 0.0
         """Wall time of the training loop (set when it ends; excludes set-up)."""
+        self.interrupted = False
+        """Whether a stop (SIGINT/SIGTERM, :meth:`request_stop`) ended the run before
+        ``total_steps`` (set when it ends; ``learner.steps_done`` is the last step trained)."""
 
     def run(self) -> Path | None:
         """Train to ``total_steps`` (or until SIGINT/SIGTERM); return the last checkpoint."""
@@ -149,6 +152,8 @@ class Trainer:
                 await self._train(batch)
         finally:
             self.loop_seconds = time.monotonic() - self._t0
+            self.interrupted = (self._stop.is_set()
+                                and self.learner.steps_done < self.total_steps)
             try:
                 await self.source.stop()
                 if self.learner.steps_done > self._checkpointed_step:

@@ -42,3 +42,19 @@ def test_train_result_prints_gain_with_intervals():
     assert lines[0] == ("success:    0.500 [0.439, 0.561] before -> 0.750 [0.694, 0.799] "
                         "after RL (256 held-out episodes, 95% intervals)")
     assert lines[1] == "gain:       +25.0 points (95% interval +16.9 to +33.1)"
+
+
+def test_an_interrupted_result_prints_its_step_and_no_gain(capsys):
+    from sao_gym.cli import _print_result
+
+    summary = {"success_rate": 0.5, "episodes": 256, "infra_failures": 0}
+    _print_result({"run_dir": "runs/x", "checkpoint": "runs/x/checkpoints/step_0000007",
+                   "interrupted": True, "steps_done": 7, "total_steps": 200,
+                   "eval_before": summary, "eval_after": summary, "plots": []})
+    out = capsys.readouterr().out
+    assert "interrupted at step 7 of 200" in out and "--resume runs/x" in out
+    assert "after RL" not in out and "gain" not in out
+    _print_result({"run_dir": "runs/x", "checkpoint": None, "interrupted": False,
+                   "eval_before": summary, "eval_after": summary})
+    out = capsys.readouterr().out
+    assert "interrupted" not in out and "after RL" in out and "gain:" in out

@@ -131,3 +131,36 @@ def failed_rollout(seed: int) -> Rollout:
 
     return Rollout([], [], [], [], 0.0, False, False, StopReason.ENV_ERROR, True, [], "", "",
                    seed)
+
+
+def fake_trainer(total_steps: int, *, stop_at: int | None = None,
+                 stop: Any = None) -> Any:
+    """A :class:`~sao_gym.runtime.trainer.Trainer` over these fakes (no checkpoints).
+
+    ``stop(trainer)`` is called after learner step ``stop_at``, in the
+    learner's thread (as a signal may come: ``os.kill(os.getpid(), SIGINT)``).
+    """
+    from sao_gym.rollout import run_episode
+    from sao_gym.runtime.source import RolloutSource
+    from sao_gym.runtime.trainer import Trainer
+
+    backend = token_backend(random.Random(0))
+
+    async def play(task_seed: int) -> Rollout:
+        env = LatencyEnv(random.Random(task_seed), fail_rate=0.0)
+        try:
+            return await run_episode(env, TokenAgent(backend), seed=task_seed)
+        finally:
+            await env.aclose()
+
+    class Stopping(FakeLearner):
+        def update(self, rollouts: list[Rollout]) -> dict[str, float]:
+            metrics = super().update(rollouts)
+            if self.steps_done == stop_at:
+                stop(trainer)
+            return metrics
+
+    trainer = Trainer(source=RolloutSource(play, batch_size=2, concurrency=2, max_staleness=1),
+                      learner=Stopping(random.Random(0)), backend=backend, sink=ListSink(),
+                      checkpoints=None, total_steps=total_steps)
+    return trainer

@@ -208,3 +208,67 @@ def test_train_and_eval_an_env_from_a_users_module(tmp_path):
     # a module that is not importable is one line and exit code 2
     bad = cli("train", "--set", "env=no_such_module:mine/Pick-v0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+SUMMARY = {"success_rate": 0.5, "episodes": 2, "infra_failures": 0}
+
+
+@pytest.fixture
+def fake_job(monkeypatch):
+    """The job with a :func:`tests.runtime.fakes.fake_trainer` and a fixed evaluation."""
+    from sao_gym.runtime import build, job
+
+    trainers, evaluated = [], []
+    monkeypatch.setattr(build, "build_trainer", lambda *a, **k: trainers[-1])
+    for name in ("evaluate", "evaluate_policy"):  # the job's evaluation, whichever it has
+        monkeypatch.setattr(job, name, lambda *a, **k: evaluated.append(a) or dict(SUMMARY),
+                            raising=False)
+    monkeypatch.setattr(job, "_plots", lambda run_dir: [])
+    return trainers, evaluated
+
+
+def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny_model_path,
+                                                                  fake_job, capsys):
+    import os
+
+    from sao_gym.cli import _print_result
+    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.job import train
+    from tests.runtime.fakes import fake_trainer
+
+    trainers, evaluated = fake_job
+    trainers.append(fake_trainer(50, stop_at=3,
+                                 stop=lambda t: os.kill(os.getpid(), signal.SIGINT)))
+    config = load_config(None, ["env=sao_gym/Arithmetic-v0", "warm_start=null",
+                                "eval.episodes=2", "total_steps=50", f"model={tiny_model_path}"])
+    said = []
+    result = train(config, tmp_path / "run", say=said.append)
+    n = trainers[0].learner.steps_done
+    assert result["interrupted"] and result["steps_done"] == n and result["total_steps"] == 50
+    assert len(evaluated) == 1 and "eval_after" not in result  # the starting model only
+    assert any(f"interrupted at step {n}" in line for line in said), said
+    _print_result(result)
+    out = capsys.readouterr().out
+    assert f"interrupted at step {n} of 50" in out and f"--resume {tmp_path / 'run'}" in out
+    assert "after RL" not in out and "gain" not in out
+
+
+def test_resume_says_from_which_step_and_checkpoint(tmp_path, tiny_model_path, fake_job,
+                                                    capsys):
+    from sao_gym.runtime.config import load_config, save_config
+    from tests.runtime.fakes import fake_trainer
+
+    trainers, _ = fake_job
+    run = tmp_path / "run"
+    checkpoint = run / "checkpoints" / "step_0000004"  # what CheckpointManager finds
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer.json").write_text(json.dumps({"step": 4, "next_seed": 8}))
+    save_config(load_config(None, ["env=sao_gym/Arithmetic-v0", "warm_start=null",
+                                   "eval.episodes=0", "total_steps=6",
+                                   f"model={tiny_model_path}"]), run / "config.yaml")
+    trainers.append(fake_trainer(6))
+    trainers[0].learner.steps_done = 4
+    assert main(["train", "--resume", str(run)]) == 0
+    err = capsys.readouterr().err
+    assert f"resuming {run} from step 4 (checkpoint {checkpoint})" in err
+    assert trainers[0].learner.steps_done == 6

@@ -1,10 +1,14 @@
 """The trainer built from a config on the tiny model: in-flight updates, staleness, modes.
 
 The loop's logic is tested on fakes in test_source.py; these runs check the
-real parts together (HFBackend, LLMAgent, the SAO learner, Arithmetic).
+real parts together (HFBackend, LLMAgent, the SAO learner, Arithmetic). A
+stop (SIGINT) is tested on the fakes.
 """
 
+import asyncio
+import os
 import random
+import signal
 
 import pytest
 
@@ -13,6 +17,7 @@ from sao_gym.envs.arithmetic.env import ArithmeticEnv
 from sao_gym.logging import read_metrics
 from sao_gym.runtime.build import build_trainer
 from sao_gym.runtime.config import load_config
+from tests.runtime.fakes import fake_trainer
 
 _FLAKY_RNG = random.Random(1234)  # shared: each episode gets a fresh env
 
@@ -104,3 +109,18 @@ def test_policy_minibatches_keep_the_bound_in_versions(tmp_path, tiny_model_path
                           "rollout.max_staleness=2", "learner.policy_minibatches=2")
     assert [r["policy_version"] for r in rows] == [2, 4, 6, 8]
     assert all(r["async/staleness_max"] <= 2 for r in rows)
+
+
+async def test_sigint_stops_after_the_running_step_and_the_trainer_says_so():
+    trainer = fake_trainer(50, stop_at=3, stop=lambda t: os.kill(os.getpid(), signal.SIGINT))
+    await asyncio.wait_for(trainer.arun(), timeout=20)
+    assert trainer.interrupted
+    assert 3 <= trainer.learner.steps_done < 50
+    steps = [step for step, _ in trainer.sink.rows]
+    assert steps == list(range(1, trainer.learner.steps_done + 1))
+    assert trainer.sink.closed
+    # a run that reaches its last step is not interrupted, even if asked to stop there
+    loop = asyncio.get_running_loop()
+    done = fake_trainer(4, stop_at=4, stop=lambda t: loop.call_soon_threadsafe(t.request_stop))
+    await asyncio.wait_for(done.arun(), timeout=20)
+    assert done.learner.steps_done == 4 and not done.interrupted
