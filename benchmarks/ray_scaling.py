@@ -55,11 +55,11 @@ def main() -> None:
 
     from sao_gym.models import tiny_model
     from sao_gym.runtime.config import load_config
-    from sao_gym.runtime.job import TINY_MODEL
+    from sao_gym.runtime.config import load_recipe
     from sao_gym.runtime.ray.cluster import connect
 
     root = Path(args.out or tempfile.mkdtemp(prefix="sao-ray-scaling-"))
-    model = tiny_model(str(root / "model"), seed=0, **TINY_MODEL)
+    model = tiny_model(str(root / "model"), seed=0, **load_recipe("demo").model_options)
     epw = args.episodes_per_worker
     base = load_config(None, [*BASE, f"total_steps={args.steps}",
                               f"rollout.batch_size={args.batch}", *args.set])

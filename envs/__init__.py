@@ -1,1 +1,45 @@
-"""Built-in environments (installed as ``sao_gym.envs``), one folder each."""
+"""Built-in environments (installed as ``sao_gym.envs``), one folder each.
+
+Importing this package registers them (``import sao_gym`` does) with their
+training hooks; nothing heavy is imported until an environment is made or an
+oracle is used (lazy ``"module:name"`` references).
+"""
+
+from sao_gym.registration import register
+
+register(
+    "sao_gym/Arithmetic-v0",
+    "sao_gym.envs.arithmetic:ArithmeticEnv",
+    max_episode_steps=8,
+    oracle="sao_gym.envs.arithmetic.oracle:arithmetic_oracle",
+)
+register(
+    "sao_gym/MathTIR-v0",
+    "sao_gym.envs.math_tir:MathTIREnv",
+    max_episode_steps=16,
+    oracle="sao_gym.envs.math_tir.oracle:arithmetic_tool_oracle",
+)
+register(
+    "sao_gym/CoqProof-v0",
+    "sao_gym.envs.coq_proof:CoqProofEnv",
+    max_episode_steps=20,
+)
+register(
+    "sao_gym/HeavyTail-v0",
+    "sao_gym.envs.latency:HeavyTailEnv",
+    max_episode_steps=16,
+)
+register(
+    "sao_gym/CodeRepo-v0",
+    "sao_gym.envs.code_repo:CodeRepoEnv",
+    max_episode_steps=50,
+)
+register(
+    "sao_gym/OpenEnv-v0",
+    "sao_gym.adapters.openenv:OpenEnvAgentEnv",
+)
+register(
+    "sao_gym/HarborTask-v0",
+    "sao_gym.adapters.harbor:HarborTaskEnv",
+    max_episode_steps=50,
+)

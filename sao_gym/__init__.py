@@ -61,37 +61,5 @@ __all__ = [
     "tool",
 ]
 
-register(
-    "sao_gym/Arithmetic-v0",
-    "sao_gym.envs.arithmetic:ArithmeticEnv",
-    max_episode_steps=8,
-)
-register(
-    "sao_gym/MathTIR-v0",
-    "sao_gym.envs.math_tir:MathTIREnv",
-    max_episode_steps=16,
-)
-register(
-    "sao_gym/CoqProof-v0",
-    "sao_gym.envs.coq_proof:CoqProofEnv",
-    max_episode_steps=20,
-)
-register(
-    "sao_gym/HeavyTail-v0",
-    "sao_gym.envs.latency:HeavyTailEnv",
-    max_episode_steps=16,
-)
-register(
-    "sao_gym/CodeRepo-v0",
-    "sao_gym.envs.code_repo:CodeRepoEnv",
-    max_episode_steps=50,
-)
-register(
-    "sao_gym/OpenEnv-v0",
-    "sao_gym.adapters.openenv:OpenEnvAgentEnv",
-)
-register(
-    "sao_gym/HarborTask-v0",
-    "sao_gym.adapters.harbor:HarborTaskEnv",
-    max_episode_steps=50,
-)
+# The built-in environments register themselves (with their oracles and hooks).
+import sao_gym.envs  # noqa: E402,F401  (registrations only: no env module is imported)

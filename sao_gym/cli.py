@@ -34,6 +34,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -94,6 +95,16 @@ def _missing_train_extra() -> str | None:
     return None
 
 
+def _default_recipe(overrides: list[str]) -> str:
+    """The recipe of ``sao-gym train`` without a config file.
+
+    ``cpu`` (the generic CPU recipe, fitted to the env) when ``--set env=...``
+    names an env, else ``demo`` (the embedded demo and its env).
+    """
+    named = any(o.partition("=")[0].strip() == "env" for o in overrides)
+    return "cpu" if named else "demo"
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import time
 
@@ -113,7 +124,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                 raise ConfigError("--resume takes its config from the run dir; drop CONFIG")
             config = load_config(run_dir / "config.yaml", args.set)
         else:
-            config = load_config(args.config or recipe_path("demo"), args.set)
+            config = load_config(args.config or recipe_path(_default_recipe(args.set)), args.set)
             run_dir = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-{config.algorithm}")
             if (run_dir / "metrics.jsonl").exists():
                 raise ConfigError(f"{run_dir} already holds a run: use --resume {run_dir} "
@@ -187,29 +198,11 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         return 2
     from sao_gym.runtime.checkpoint import CheckpointManager
     from sao_gym.runtime.config import ConfigError, load_config
-    from sao_gym.runtime.job import evaluate_policy, resolve_model
+    from sao_gym.runtime.job import EVAL_SEED, resolve_model
 
-    env, kwargs, out = args.env, {}, args.out
-    if args.run:
-        run_dir = Path(args.run)
-        latest = CheckpointManager(run_dir).latest()
-        if latest is None:
-            print(f"error: {run_dir} has no complete checkpoint", file=sys.stderr)
-            return 2
-        model = str(latest / "policy")
-        if (run_dir / "config.yaml").is_file():
-            try:
-                config = load_config(run_dir / "config.yaml")
-            except ConfigError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 2
-            env, kwargs = env or config.env, config.env_kwargs if not args.env else {}
-        out = out or str(run_dir / "eval.json")
-    else:
-        model = args.model
-    if env is None:
-        print("error: --env is required with --model", file=sys.stderr)
-        return 2
+    overrides = []
+    if args.env is not None:
+        overrides += [f"env={args.env}", "env_kwargs={}"]
     if args.env_kwargs is not None:
         try:
             kwargs = yaml.safe_load(args.env_kwargs)
@@ -219,18 +212,42 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print(f"error: --env-kwargs must be a YAML mapping, got {args.env_kwargs!r}",
                   file=sys.stderr)
             return 2
+        overrides.append(f"env_kwargs={json.dumps(kwargs)}")
+    if args.temperature is not None:
+        overrides.append(f"eval.temperature={args.temperature}")
+    if args.max_new_tokens is not None:
+        overrides.append(f"rollout.max_new_tokens={args.max_new_tokens}")
+    run_dir = Path(args.run) if args.run else None
     try:
-        sao_gym.make(env, **kwargs).close()
-    except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
-        print(f"error: cannot make env {env!r}: {type(e).__name__}: {e}", file=sys.stderr)
+        if run_dir is not None:  # as the run evaluated: its saved (fitted) config
+            latest = CheckpointManager(run_dir).latest()
+            if latest is None:
+                raise ConfigError(f"{run_dir} has no complete checkpoint")
+            if not (run_dir / "config.yaml").is_file():
+                raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+            config = load_config(run_dir / "config.yaml", overrides)
+            model, out = str(latest / "policy"), args.out or str(run_dir / "eval.json")
+        else:
+            if args.env is None:
+                raise ConfigError("--env is required with --model")
+            config = load_config(None, ["rollout.max_new_tokens=64",
+                                        "rollout.max_context_tokens=2048", *overrides])
+            model, out = args.model, args.out
+        sao_gym.make(config.env, **config.env_kwargs).close()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
+        print(f"error: cannot make env {config.env!r}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 2
+    episodes = args.episodes if args.episodes is not None else config.eval.episodes or 64
     try:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
-            if not args.run:  # `tiny` is built here, `smollm2` converted once and cached
+            if run_dir is None:  # `tiny` is built here, `smollm2` converted once and cached
                 model = resolve_model(model, Path(tmp), seed=0)
-            result = evaluate_policy(model, env, args.episodes, seed=args.seed, env_kwargs=kwargs,
-                                     temperature=args.temperature,
-                                     max_new_tokens=args.max_new_tokens)
+            result = _evaluate_with_progress(config, model, episodes, args.seed or EVAL_SEED,
+                                             run_dir or Path(tmp))
     except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -242,6 +259,29 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"note: {result['infra_failures']} of {result['episodes']} episodes were infra "
               "failures (not averaged in); see the log", file=sys.stderr)
     return 0
+
+
+def _evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
+                            run_dir: Path) -> dict:
+    """:func:`~sao_gym.runtime.job.evaluate` with a progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from sao_gym.runtime.job import evaluate
+
+    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+               "success {task.fields[success]}", TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        bar = progress.add_task(f"evaluating on {config.env}", total=episodes, success="-")
+        solved = [0, 0]
+
+        def done(rollout: Any) -> None:
+            solved[0] += rollout.reward >= 1.0 and not rollout.infra_failure
+            solved[1] += 1
+            progress.update(bar, advance=1, success=f"{solved[0] / solved[1]:.3f}")
+
+        return evaluate(config, model, episodes=episodes, seed=seed, run_dir=run_dir,
+                        on_done=done)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -381,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(fn=_cmd_check)
     train = sub.add_parser("train", help="train an agent (no config: the embedded default)")
     train.add_argument("config", nargs="?", help="YAML config (see examples/configs/; "
-                       "default: the demo recipe, sao_gym/recipes/demo.yaml)")
+                       "default: the generic CPU recipe, sao_gym/recipes/cpu.yaml, fitted "
+                       "to the env of --set env=ID, or without it the demo, demo.yaml)")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, dotted: rollout.batch_size=8; repeatable")
     train.add_argument("--out", help="run directory (default runs/<time>-<algorithm>)")
@@ -397,10 +438,14 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--env-kwargs", metavar="YAML",
                     help="environment options as a YAML mapping, e.g. '{operators: \"+\"}' "
                     "(default: the run's, when --env is not given; else none)")
-    ev.add_argument("--episodes", type=int, default=64)
-    ev.add_argument("--seed", type=int, default=1_000_000, help="first episode seed")
-    ev.add_argument("--temperature", type=float, default=1.0)
-    ev.add_argument("--max-new-tokens", type=int, default=64)
+    ev.add_argument("--episodes", type=int,
+                    help="episodes (default: the run's eval.episodes; 64 with --model)")
+    ev.add_argument("--seed", type=int, help="first episode seed (default 1000000, as the "
+                    "run's own evaluations)")
+    ev.add_argument("--temperature", type=float,
+                    help="sampling temperature (default: the run's; 1.0 with --model)")
+    ev.add_argument("--max-new-tokens", type=int,
+                    help="tokens per turn (default: the run's; 64 with --model)")
     ev.add_argument("--out", help="also write the JSON here (default RUN_DIR/eval.json)")
     ev.set_defaults(fn=_cmd_eval)
     plot = sub.add_parser("plot", help="write PNG learning curves of one or more runs")

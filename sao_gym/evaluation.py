@@ -12,6 +12,7 @@ episode does not end the evaluation; :class:`EpisodeSummary` counts them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -133,8 +134,13 @@ async def run_episodes(
     concurrency: int = 8,
     seed: int = 0,
     on_done: Callable[[Rollout], None] | None = None,
+    seed_agents: bool = False,
 ) -> list[Rollout]:
     """Play episodes with seeds ``seed, seed+1, ...``; results in seed order.
+
+    With ``seed_agents`` each episode's agent is made as ``make_agent(seed=s)``
+    with the episode's seed ``s``: an agent that seeds its sampling with it
+    (``LLMAgent``) plays the same episode whatever else runs beside it.
 
     Env and agent failures come back as ``infra_failure`` rollouts. Only an
     exception of ``on_done`` or a cancellation propagates, after every
@@ -146,7 +152,8 @@ async def run_episodes(
 
     async def one(i: int) -> Rollout:
         async with slots:
-            rollout = await play_episode(make_env, make_agent, seed=seed + i)
+            agent = functools.partial(make_agent, seed=seed + i) if seed_agents else make_agent
+            rollout = await play_episode(make_env, agent, seed=seed + i)
         if on_done is not None:
             on_done(rollout)
         return rollout

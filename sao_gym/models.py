@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,7 +134,7 @@ _ENGLISH = """\
 The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a
 single step. You are a helpful assistant. Please solve the following problem step by step
 and put the final answer at the end. Let me think about this carefully. First, we compute
-the sum of the numbers. Then we check the result with the calculator tool. The answer is
+the sum of the numbers. Then we check the result with a tool. The answer is
 correct. I will use the tool to verify my reasoning before I submit the final answer.
 The environment returns an observation after every action. When the task is solved, the
 episode ends and the agent receives a reward. If the answer is wrong, the reward is zero.
@@ -174,14 +175,15 @@ _PRETOKENIZE_REGEX = (
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 
-_TOOLS = ("calculator", "python", "submit", "search", "read_file", "run_tests")
+def _training_corpus(extra: Sequence[str] = ()) -> list[str]:
+    """A small deterministic corpus (English, arithmetic, tool calls, chat markup) + ``extra``.
 
-
-def _training_corpus() -> list[str]:
-    """A small deterministic corpus: English, arithmetic, JSON tool calls, chat markup."""
+    ``extra`` is an environment's own text: it gets the merges it needs.
+    """
     rng = random.Random(1234)
     lines = _ENGLISH.splitlines()
     words = _ENGLISH.replace(".", " ").replace(",", " ").split() + _WORDS.split()
+    plain = _WORDS.split()
     for _ in range(1500):
         sentence = " ".join(rng.choice(words) for _ in range(rng.randint(4, 14)))
         lines.append(sentence.capitalize() + rng.choice(".?!:"))
@@ -190,29 +192,34 @@ def _training_corpus() -> list[str]:
         op1, op2 = rng.choice("+-*"), rng.choice("+-*/")
         lines.append(f"What is {a} {op1} {b} {op2} {c}? The answer is {rng.randint(-999, 9999)}.")
         lines.append(f"({a} {op1} {b}) {op2} {c} = {rng.uniform(-100, 100):.3f}")
-    for i in range(300):
-        name = _TOOLS[i % len(_TOOLS)]
+    for _ in range(300):  # tools of made-up names: no task's names are special
+        name = f"{rng.choice(plain)}_{rng.choice(plain)}"
+        param = rng.choice(plain)
         expr = f"{rng.randint(0, 999)} * {rng.randint(0, 99)} + {rng.randint(0, 9)}"
         lines.append(
-            f'<tool_call>\n{{"name": "{name}", "arguments": {{"expression": "{expr}"}}}}\n'
+            f'<tool_call>\n{{"name": "{name}", "arguments": {{"{param}": "{expr}"}}}}\n'
             "</tool_call>"
         )
+        lines.append(f"{name}({expr})")
         lines.append(f'<tool_response>\n{{"result": {rng.randint(0, 99999)}}}\n</tool_response>')
         lines.append(
             f'{{"type": "function", "function": {{"name": "{name}", "description": '
             '"Evaluate an arithmetic expression.", "parameters": {"type": "object", '
-            '"properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}'
+            f'"properties": {{"{param}": {{"type": "string"}}}}, "required": ["{param}"]}}}}}}'
         )
         lines.append(
             f"<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
             f"Compute {expr}.<|im_end|>\n<|im_start|>assistant\nThe answer is "
             f"{rng.randint(0, 99999)}.<|im_end|>\n<|im_start|>tool\nok<|im_end|>\n"
         )
-    return lines
+    return lines + list(extra)
 
 
-def _build_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
-    """Train a byte-level BPE tokenizer in memory (deterministic, no network)."""
+def _build_tokenizer(vocab_size: int, corpus: Sequence[str] = ()) -> PreTrainedTokenizerBase:
+    """Train a byte-level BPE tokenizer in memory (deterministic, no network).
+
+    It is trained on the built-in corpus plus ``corpus``.
+    """
     from tokenizers import (
         AddedToken,
         Regex,
@@ -245,7 +252,7 @@ def _build_tokenizer(vocab_size: int) -> PreTrainedTokenizerBase:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_training_corpus(), trainer=trainer)
+    tok.train_from_iterator(_training_corpus(corpus), trainer=trainer)
     # Tool markers are single ids but not "special": decoding with
     # skip_special_tokens=True must keep them, since the agent parses them.
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
@@ -271,6 +278,7 @@ def tiny_model(
     seed: int = 0,
     vocab_size: int = 1024,
     chat_template: str = CHATML_TOOLS_TEMPLATE,
+    corpus: Sequence[str] = (),
 ) -> str:
     """Build a small random Qwen2-style causal LM with its tokenizer and save it.
 
@@ -278,8 +286,10 @@ def tiny_model(
     tied embeddings, 4096 positions). The weights depend only on the arguments
     (``seed`` seeds a private RNG; the global torch RNG is left untouched), so
     two calls with the same arguments give identical checkpoints. The
-    tokenizer is a byte-level BPE trained on a built-in corpus, so any text
-    round-trips. Its chat template is ``chat_template``
+    tokenizer is a byte-level BPE trained on a built-in corpus plus
+    ``corpus`` (say, an environment's prompts, tool schemas and
+    demonstrations, so that its words and tool names take few tokens); any
+    text round-trips. Its chat template is ``chat_template``
     (:data:`CHATML_TOOLS_TEMPLATE` by default; the CPU demo uses
     :data:`COMPACT_TOOLS_TEMPLATE`); it must be prefix-stable for ``LLMAgent``.
 
@@ -291,7 +301,7 @@ def tiny_model(
     if hidden_size % 64 != 0:
         raise ValueError(f"hidden_size must be a multiple of 64 (head dim), got {hidden_size}")
     save_path = Path(save_dir)
-    tokenizer = _build_tokenizer(vocab_size)
+    tokenizer = _build_tokenizer(vocab_size, corpus)
     tokenizer.chat_template = chat_template
     if len(tokenizer) > vocab_size:  # pragma: no cover - trainer respects vocab_size
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {vocab_size}")

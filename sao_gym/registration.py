@@ -16,6 +16,13 @@ Three ways an id gets registered, all ending in :func:`register`:
   :func:`env_ids` and by :func:`make` of an id not registered yet; a broken
   one is logged with its name and skipped.
 
+An environment's training hooks travel with its registration:
+``register(id, ..., oracle=fn or "module:fn")`` names its demonstration policy
+(what a warm start imitates), ``hooks={"harbor": "module:fn", ...}`` its
+other task-specific hooks (exporters, graders). :func:`env_oracle` and
+:func:`env_hook` find them for built-in, ``module:id`` and entry-point ids
+alike, importing a lazy ``"module:fn"`` on first use.
+
 Finding failures raise Gymnasium's ``UnregisteredEnv`` with one-line
 messages: an unknown id, a module that cannot be imported, a module that
 registers nothing under the id. An environment whose optional dependency is
@@ -32,6 +39,7 @@ import importlib.util
 import logging
 import threading
 import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium
@@ -66,6 +74,9 @@ OPTIONAL_MODULES: dict[str, str] = {
 """Top-level modules of optional dependencies -> the ``sao-gym`` extra that installs them."""
 
 _AGENT_ENV_IDS: set[str] = set()
+_HOOKS: dict[str, dict[str, Any]] = {}
+ORACLE = "oracle"
+"""The hook name of an env's demonstration policy ``oracle(messages, task) -> str``."""
 _entry_points_loaded = False
 _entry_points_lock = threading.RLock()
 
@@ -138,15 +149,32 @@ def register(
     max_episode_steps: int | None = None,
     nondeterministic: bool = False,
     kwargs: dict[str, Any] | None = None,
+    oracle: str | Callable[..., Any] | None = None,
+    hooks: Mapping[str, str | Callable[..., Any]] | None = None,
 ) -> None:
     """Register an :class:`AgentEnv` under a versioned id (``namespace/Name-vN``).
 
     ``entry_point`` is a class or a lazy ``"module:Class"`` string.
-    ``max_episode_steps`` is the turn limit.
+    ``max_episode_steps`` is the turn limit. ``oracle`` is the env's
+    demonstration policy, ``oracle(messages, task) -> str`` (the text of the
+    next assistant turn, from the conversation so far and
+    ``env.unwrapped.task``), a callable or a lazy ``"module:function"``: a
+    warm start imitates it (docs/new_env.md). ``hooks`` maps other hook
+    names (``"harbor"``: the Harbor task exporter, ...) to callables or
+    ``"module:function"`` strings; :func:`env_hook` finds them.
     """
     _, _, version = parse_env_id(id)
     if version is None:
         raise ValueError(f"env ids must be versioned like 'my_ns/MyTask-v0', got {id!r}")
+    named = dict(hooks or {})
+    if oracle is not None:
+        if ORACLE in named:
+            raise ValueError("give the oracle as oracle=..., not also in hooks")
+        named[ORACLE] = oracle
+    for name, hook in named.items():
+        if not (callable(hook) or (isinstance(hook, str) and _is_reference(hook))):
+            raise TypeError(f"hook {name!r} of {id!r} must be a callable or a "
+                            f"'module:function' string, got {hook!r}")
     gymnasium.register(
         id=id,
         entry_point=entry_point,
@@ -155,6 +183,43 @@ def register(
         kwargs=dict(kwargs or {}),
     )
     _AGENT_ENV_IDS.add(id)
+    _HOOKS[id] = named
+
+
+def _is_reference(text: str) -> bool:
+    module, _, name = text.partition(":")
+    return bool(module) and bool(name) and all(p.isidentifier() for p in
+                                               [*module.split("."), *name.split(".")])
+
+
+def env_hook(id: str, name: str) -> Callable[..., Any] | None:
+    """The hook ``name`` registered with ``id`` (imported if lazy), or None if it has none.
+
+    ``id`` may be ``module:id`` or an entry-point id, as for :func:`make`.
+    Raises ``gymnasium.error.UnregisteredEnv`` for an unknown id, and
+    ``ImportError`` (one line, naming the env and the hook) for a lazy hook
+    that cannot be imported.
+    """
+    env_id = resolve_id(id)
+    hook = _HOOKS.get(env_id, {}).get(name)
+    if hook is None or callable(hook):
+        return hook
+    module, _, attr = hook.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as e:
+        raise ImportError(f"the {name} hook of {env_id} ({hook!r}) cannot be loaded: "
+                          f"{type(e).__name__}: {e}") from e
+    if not callable(found):
+        raise TypeError(f"the {name} hook of {env_id} ({hook!r}) is not callable")
+    return found
+
+
+def env_oracle(id: str) -> Callable[..., Any] | None:
+    """The demonstration policy ``oracle(messages, task) -> str`` of ``id``, or None."""
+    return env_hook(id, ORACLE)
 
 
 def unregister(id: str) -> None:
@@ -165,6 +230,7 @@ def unregister(id: str) -> None:
     if id not in _AGENT_ENV_IDS:
         raise KeyError(f"{id!r} was not registered with sao_gym.register")
     _AGENT_ENV_IDS.discard(id)
+    _HOOKS.pop(id, None)
     gymnasium.registry.pop(id, None)
 
 

@@ -3,8 +3,9 @@
 Both modes train the same model on the same environment for the same number
 of trajectories (``steps * batch_size``), with the same parallelism
 (``concurrency``), one after the other in one process. The default
-environment, ``sao_gym/HeavyTail-v0``, has lognormal step latencies and
-episode lengths, as agentic tasks do: in sync mode every batch waits for its
+configuration is the ``bench`` recipe (``sao_gym/recipes/bench.yaml``): its
+environment has lognormal step latencies and episode lengths, as agentic
+tasks do: in sync mode every batch waits for its
 slowest episode and generation stops while the learner trains; in async
 mode finished episodes train as soon as a batch is in and generation never
 stops. Throughput is trajectories trained per second of the training loop
@@ -18,15 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import TrainConfig, load_config
-
-DEFAULTS = [
-    "env=sao_gym/HeavyTail-v0", "total_steps=8", "rollout.batch_size=8",
-    "rollout.concurrency=8", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
-    "rollout.max_staleness=4", "learner.critic_warmup_steps=0", "learner.lr=1e-5",
-    "checkpoint.every=0", "inference.max_batch_size=16", "eval.episodes=0",
-]
-"""The default benchmark configuration (``--set`` overrides apply on top)."""
+from sao_gym.runtime.config import TrainConfig, load_recipe
 
 
 def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
@@ -35,7 +28,7 @@ def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
     from sao_gym.models import tiny_model
     from sao_gym.runtime.build import build_trainer
 
-    base: TrainConfig = load_config(None, [*DEFAULTS, *overrides])
+    base: TrainConfig = load_recipe("bench", overrides)
     root = Path(work_dir or tempfile.mkdtemp(prefix="sao-bench-"))
     model = tiny_model(str(root / "model"), seed=base.seed)
     runs: dict[str, list[float]] = {"async": [], "sync": []}

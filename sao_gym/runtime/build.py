@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -26,10 +25,6 @@ from sao_gym.runtime.config import ConfigError, TrainConfig, save_config
 from sao_gym.runtime.source import RolloutSource
 
 logger = logging.getLogger(__name__)
-
-ORACLES = {"sao_gym/Arithmetic-v0": "sao_gym.envs.arithmetic.oracle:arithmetic_oracle",
-           "sao_gym/MathTIR-v0": "sao_gym.envs.math_tir.oracle:arithmetic_tool_oracle"}
-"""Demonstration policies for warm starts, by environment id."""
 
 WARM_START_CHECKS = 16
 """Tasks the warm-start oracle is tried on before a run (a setup error if one fails)."""
@@ -47,17 +42,29 @@ def env_factory(config: TrainConfig) -> Callable[[], Any]:
 
 
 def oracle_for(env_id: str, **kwargs: Any) -> Any:
-    """The demonstration policy registered for ``env_id``, its options bound to ``kwargs``."""
-    if env_id not in ORACLES:
-        raise SetupError(f"no warm-start oracle for {env_id}: warm starts exist for "
-                         f"{sorted(ORACLES)}; set warm_start=null")
-    module, name = ORACLES[env_id].split(":")
-    oracle = getattr(importlib.import_module(module), name)
+    """The demonstration policy registered with ``env_id``, its options bound; None if none."""
+    from sao_gym.registration import env_oracle
+
+    oracle = env_oracle(env_id)
+    if oracle is None:
+        if kwargs:
+            raise SetupError(f"warm_start.oracle sets options {sorted(kwargs)}, but {env_id} "
+                             "registers no oracle (sao_gym.register(..., oracle=...))")
+        return None
     return functools.partial(oracle, **kwargs) if kwargs else oracle
+
+
+def require_env(config: TrainConfig) -> str:
+    """The run's env id; a :class:`SetupError` when the config names none."""
+    if config.env is None:
+        raise SetupError("no environment: set env=ID in the config or --set env=ID "
+                         "(module:ID for an env your own module registers)")
+    return config.env
 
 
 def check_setup(config: TrainConfig) -> None:
     """Raise :class:`SetupError` (one line) for what would fail later in the job."""
+    env_id = require_env(config)
     try:
         env = env_factory(config)()
     except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
@@ -65,17 +72,25 @@ def check_setup(config: TrainConfig) -> None:
         if isinstance(e, TypeError) and config.env_kwargs:
             hint = (f" (env_kwargs {config.env_kwargs} come from the config or recipe; "
                     "--set 'env_kwargs={}' clears them)")
-        raise SetupError(f"cannot make env {config.env!r}: {type(e).__name__}: {e}{hint}"
+        raise SetupError(f"cannot make env {env_id!r}: {type(e).__name__}: {e}{hint}"
                          ) from None
+    ws = config.warm_start
     try:
-        if config.warm_start is not None and config.warm_start.steps:
-            oracle = oracle_for(config.env, **config.warm_start.oracle)
+        if ws is not None and ws.steps and ws.demonstrations is not None:
+            from sao_gym.runtime.warmstart import load_conversations
+
+            try:
+                load_conversations(ws.demonstrations)
+            except ValueError as e:
+                raise SetupError(f"warm_start.demonstrations: {e}") from None
+        elif ws is not None and ws.steps:
+            oracle = oracle_for(env_id, **ws.oracle)
             try:  # it must play this env's tasks (MathTIR's: arithmetic only); a sample of them
-                for i in range(WARM_START_CHECKS):
+                for i in range(WARM_START_CHECKS if oracle is not None else 0):
                     obs, _ = env.reset(seed=config.seed + i)
                     oracle(obs, env.unwrapped.task)
             except Exception as e:  # noqa: BLE001 - any failure is a setup error
-                raise SetupError(f"the warm-start oracle of {config.env} cannot play its tasks "
+                raise SetupError(f"the warm-start oracle of {env_id} cannot play its tasks "
                                  f"(env_kwargs {config.env_kwargs}): {e}") from None
     finally:
         env.close()
@@ -90,18 +105,6 @@ def learner_config(config: TrainConfig) -> Any:
     if ALGORITHMS[config.algorithm].grouped:
         return dataclasses.replace(config.learner, group_size=config.rollout.group_size)
     return config.learner
-
-
-def eval_settings(config: TrainConfig) -> dict[str, Any]:
-    """Keyword arguments of :func:`~sao_gym.runtime.job.evaluate_policy` for this run."""
-    r = config.rollout
-    temperature = config.eval.temperature
-    return {"env_id": config.env, "episodes": config.eval.episodes,
-            "env_kwargs": config.env_kwargs,
-            "temperature": r.temperature if temperature is None else temperature,
-            "max_new_tokens": r.max_new_tokens, "max_context_tokens": r.max_context_tokens,
-            "max_episode_steps": r.max_episode_steps, "concurrency": r.concurrency,
-            "max_batch_size": config.inference.max_batch_size}
 
 
 def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int,
@@ -149,14 +152,22 @@ def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: i
                              if servers is not None and inf.max_server_restarts else None)
 
 
-def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any) -> Callable[[], Any]:
-    """Builds one agent per episode, sampling from ``backend``."""
+def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any, *,
+                  temperature: float | None = None) -> Callable[..., Any]:
+    """Builds one agent per episode, sampling from ``backend``.
+
+    ``temperature`` defaults to ``rollout.temperature``; extra keyword
+    arguments of the factory (``seed``) go to the agent.
+    """
     from sao_gym.agents import LLMAgent
 
     r = config.rollout
+    if r.max_new_tokens is None or r.max_context_tokens is None:
+        raise SetupError("rollout.max_new_tokens / max_context_tokens are null (fitted to the "
+                         "env by `sao-gym train`): fit them first (sao_gym.runtime.fit)")
     return functools.partial(LLMAgent, backend, tokenizer, max_new_tokens=r.max_new_tokens,
-                             temperature=r.temperature, top_p=r.top_p,
-                             max_context_tokens=r.max_context_tokens)
+                             temperature=r.temperature if temperature is None else temperature,
+                             top_p=r.top_p, max_context_tokens=r.max_context_tokens)
 
 
 def resume_point(config: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[Path | None, int]:
@@ -217,6 +228,7 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     from sao_gym.runtime.checkpoint import CheckpointManager
     from sao_gym.runtime.trainer import Trainer
 
+    require_env(config)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     make_env = env_factory(config)

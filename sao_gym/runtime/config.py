@@ -67,22 +67,25 @@ class RolloutConfig:
     max_staleness: int = 1
     """Most policy versions between the version the learner trains and the one that
     sampled any of its tokens (queued rollouts included). ``mode: sync`` uses 0."""
-    max_new_tokens: int = 1024
-    """Sampling budget per turn."""
+    max_new_tokens: int | None = 1024
+    """Sampling budget per turn (null: fitted to the env's demonstrations before the run,
+    :mod:`sao_gym.runtime.fit`; the run's saved config holds the value used)."""
     temperature: float = 1.0
     """Sampling temperature (> 0; the learner scores the same tempered distribution)."""
     top_p: float = 1.0
     """Nucleus mass; training needs 1.0 (the learner cannot reproduce a nucleus exactly)."""
-    max_context_tokens: int = 8192
-    """Token budget of a whole episode (the agent's context)."""
+    max_context_tokens: int | None = 8192
+    """Token budget of a whole episode, the agent's context (null: fitted to the env, as
+    ``max_new_tokens``)."""
     max_episode_steps: int | None = None
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
     """Retries of an episode that failed for infrastructure reasons (then its group is dropped)."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, "batch_size", "group_size", "concurrency", "max_new_tokens",
-                  "max_context_tokens")
+        _at_least(self, 1, "batch_size", "group_size", "concurrency")
+        _at_least(self, 1, *[n for n in ("max_new_tokens", "max_context_tokens")
+                             if getattr(self, n) is not None])
         _at_least(self, 0, "max_staleness", "max_infra_retries")
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise ConfigError(f"rollout.max_episode_steps must be >= 1 or null, "
@@ -216,7 +219,11 @@ class RayConfig:
 
 @dataclass(frozen=True)
 class WarmStartConfig:
-    """Supervised warm start on oracle demonstrations before RL."""
+    """Supervised warm start on demonstrations before RL.
+
+    The env's registered oracle (``sao_gym.register(..., oracle=...)``) plays
+    them, or ``demonstrations`` names a file of conversations.
+    """
 
     steps: int = 1500
     """Most supervised steps (0: none)."""
@@ -236,6 +243,10 @@ class WarmStartConfig:
     """Held-out demonstrations (tasks not trained on) for the early stop."""
     oracle: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's demonstration oracle."""
+    demonstrations: str | None = None
+    """A JSONL file of conversations to imitate instead of the oracle's episodes
+    (:func:`sao_gym.runtime.warmstart.load_conversations` has the format); the held-out
+    ones are the last ``holdout_episodes`` (at most a quarter) of the file."""
     label_smoothing: float = 0.0
     """Label smoothing of the supervised loss."""
 
@@ -315,12 +326,17 @@ class TrainConfig:
     runtime: str = "local"
     """local (one process) or ray (rollout workers and the learner as Ray actors,
     set up by ``ray``); the same config otherwise."""
-    env: str = "sao_gym/Arithmetic-v0"
-    """Environment id; ``module:id`` imports ``module`` first (it registers the id)."""
+    env: str | None = None
+    """Environment id; ``module:id`` imports ``module`` first (it registers the id). Required
+    to build a run (a recipe or ``--set env=ID`` gives it)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's constructor."""
     model: str = "tiny"
     """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
+    model_options: dict[str, Any] = field(default_factory=dict)
+    """``model: tiny`` only: keyword arguments of :func:`sao_gym.models.tiny_model`
+    (``hidden_size``, ``num_layers``, ``vocab_size``). Its tokenizer is trained on a general
+    corpus plus the environment's own text (prompts, tool schemas, demonstrations)."""
     chat_template: str | None = None
     """Replace the model's chat template: ``compact`` (one line per tool, ``name(arg)``
     calls: a fraction of the prompt tokens) or ``chatml`` (JSON tool schemas); null: keep."""
@@ -357,8 +373,14 @@ class TrainConfig:
         if self.chat_template not in (None, "compact", "chatml"):
             raise ConfigError(f"chat_template must be compact, chatml or null, got "
                               f"{self.chat_template!r}")
-        if not self.env or not isinstance(self.env, str):
+        if self.env is not None and (not self.env or not isinstance(self.env, str)):
             raise ConfigError("env must be an environment id")
+        if self.model_options and self.model != "tiny":
+            raise ConfigError(f"model_options only apply to model: tiny, not {self.model!r}")
+        unknown = set(self.model_options) - {"hidden_size", "num_layers", "vocab_size"}
+        if unknown:
+            raise ConfigError(f"model_options: unknown {sorted(unknown)}; valid: hidden_size, "
+                              "num_layers, vocab_size")
         grouped = ALGORITHMS[self.algorithm].grouped
         if grouped and self.rollout.group_size < 2:
             raise ConfigError(f"{self.algorithm} needs rollout.group_size >= 2")

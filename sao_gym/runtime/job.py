@@ -1,53 +1,86 @@
 """The ``sao-gym train`` and ``sao-gym eval`` jobs.
 
-``train``: prepare the model (build the tiny one, convert SmolLM2, or take a
-path), optionally warm-start it on oracle demonstrations, evaluate it, run
-the :class:`~sao_gym.runtime.trainer.Trainer`, evaluate the result, and plot.
+``train`` fits the run to its environment, then trains:
+
+1. demonstrations: the env's registered oracle plays them
+   (``sao_gym.register(..., oracle=...)``), or ``warm_start.demonstrations``
+   names a file of conversations; without either the run starts from the raw
+   model and says so;
+2. the model: ``tiny`` is built with a tokenizer trained on a general corpus
+   plus the env's own text (prompts, tool schemas, demonstrations),
+   ``smollm2`` converted once, or a path taken as it is;
+3. token budgets left null are fitted to the demonstrations
+   (:mod:`sao_gym.runtime.fit`), and the resolved config is saved;
+4. a supervised warm start on the demonstrations, an evaluation, the
+   :class:`~sao_gym.runtime.trainer.Trainer`, an evaluation of the result, and
+   plots.
+
 Every artefact lands in the run directory::
 
-    RUN_DIR/config.yaml          the resolved configuration
+    RUN_DIR/config.yaml          the resolved configuration (fitted budgets included)
     RUN_DIR/model/               the starting checkpoint (after any warm start)
     RUN_DIR/metrics.jsonl        one line per learner step
     RUN_DIR/checkpoints/step_N/  atomic checkpoints (policy/ is servable)
     RUN_DIR/eval_before.json, eval_after.json
     RUN_DIR/plots/*.png
+
+``evaluate`` plays a policy as a run's config says (its env and options,
+turn limit, token budgets, temperature and inference backend), each episode
+seeded, so ``sao-gym eval --run RUN`` repeats the run's own evaluation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sao_gym
-from sao_gym.runtime.config import TrainConfig
+from sao_gym.runtime.config import TrainConfig, save_config
 
 logger = logging.getLogger(__name__)
 
-TINY_MODEL = {"hidden_size": 128, "num_layers": 2}
-"""What ``model: tiny`` builds: 0.5M parameters, the compact tool template
-(a third of the tokens of JSON tool calls). At this size the supervised warm
-start learns to copy numbers within a few hundred steps, and a step costs a
-quarter of the 256-wide, 4-layer model's."""
+EVAL_SEED = 1_000_000
+"""First env seed of evaluations (far from the training stream's)."""
+
+DEMO_SEED_OFFSET = 10_000_000
+"""Warm-start demonstrations are episodes ``seed + DEMO_SEED_OFFSET + i``."""
+
+HOLDOUT_SEED_OFFSET = 20_000_000
+"""... and the held-out ones ``seed + HOLDOUT_SEED_OFFSET + i``."""
+
+CORPUS_EPISODES = 64
+"""Episodes whose text trains the tiny model's tokenizer (with the general corpus)."""
 
 PLOT_SMOOTHING = 0.9
 """EMA weight of the job's curves (the raw values are drawn faint beneath)."""
 
 SMOLLM2_CACHE = Path.home() / ".cache" / "sao_gym" / "smollm2"
 
+_COLLECT_NEW_TOKENS = 1024
+"""Turn budget while demonstrations are collected for fitting (no budget set)."""
 
-def resolve_model(model: str, run_dir: Path, seed: int) -> str:
-    """A local checkpoint path for ``tiny``, ``smollm2`` or a path."""
+
+def resolve_model(model: str, run_dir: Path, seed: int, *, corpus: Any = (),
+                  options: dict[str, Any] | None = None) -> str:
+    """A local checkpoint path for ``tiny``, ``smollm2`` or a path.
+
+    ``tiny`` is built in ``run_dir/model/base`` with ``options``
+    (:func:`~sao_gym.models.tiny_model`'s ``hidden_size``, ``num_layers``,
+    ``vocab_size``), its tokenizer trained on the general corpus plus
+    ``corpus``; an existing one is reused.
+    """
     from sao_gym.models import COMPACT_TOOLS_TEMPLATE, smollm2, tiny_model
 
     if model == "tiny":
         path = run_dir / "model" / "base"
         if not (path / "config.json").exists():
             tiny_model(str(path), seed=seed, chat_template=COMPACT_TOOLS_TEMPLATE,
-                       **TINY_MODEL)
+                       corpus=list(corpus), **(options or {}))
         return str(path)
     if model == "smollm2":
         return smollm2(SMOLLM2_CACHE)
@@ -57,38 +90,205 @@ def resolve_model(model: str, run_dir: Path, seed: int) -> str:
     return model
 
 
-def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
-               say: Any = logger.info) -> str:
-    """Supervised warm start on oracle demonstrations; returns the new checkpoint.
+# ---------------------------------------------------------------------------
+# demonstrations
+# ---------------------------------------------------------------------------
 
-    Progress (loss, token accuracy) goes to ``say`` every tenth of the steps.
+
+@dataclasses.dataclass
+class Demonstrations:
+    """Where a run's demonstrations come from: an oracle or a file of conversations."""
+
+    config: TrainConfig
+    oracle: Callable[..., str] | None = None
+    conversations: list[dict[str, Any]] | None = None
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> Demonstrations | None:
+        """The run's source; None when its env has no oracle and no file is given."""
+        from sao_gym.runtime.build import oracle_for
+        from sao_gym.runtime.warmstart import load_conversations
+
+        ws = config.warm_start
+        if ws is not None and ws.demonstrations is not None:
+            return cls(config, conversations=load_conversations(ws.demonstrations))
+        oracle = oracle_for(config.env, **(ws.oracle if ws is not None else {}))
+        return cls(config, oracle=oracle) if oracle is not None else None
+
+    @property
+    def what(self) -> str:
+        """In words, for the run's output."""
+        if self.conversations is not None:
+            path = self.config.warm_start.demonstrations
+            return f"{len(self.conversations)} conversations of {path}"
+        return f"the oracle registered with {self.config.env}"
+
+    def collect(self, tokenizer: Any, *, episodes: int, holdout: int, budgets: dict[str, int]
+                ) -> tuple[list[Any], list[Any]]:
+        """``(training, held-out)`` demonstrations as token-exact rollouts."""
+        from sao_gym.runtime.build import env_factory
+        from sao_gym.runtime.warmstart import (
+            collect_demonstrations,
+            replay_env_factory,
+            replay_oracle,
+        )
+
+        seed = self.config.seed
+        if self.conversations is not None:
+            convs = self.conversations
+            held = min(holdout, len(convs) // 4)
+            tools = self._env_tools()
+            played = collect_demonstrations(replay_env_factory(convs, tools), tokenizer,
+                                            replay_oracle, episodes=len(convs), **budgets)
+            return played[:len(convs) - held], played[len(convs) - held:]
+        make_env = env_factory(self.config)
+        train = collect_demonstrations(make_env, tokenizer, self.oracle, episodes=episodes,
+                                       seed=seed + DEMO_SEED_OFFSET, **budgets)
+        held = (collect_demonstrations(make_env, tokenizer, self.oracle, episodes=holdout,
+                                       seed=seed + HOLDOUT_SEED_OFFSET, **budgets)
+                if holdout else [])
+        return train, held
+
+    def _env_tools(self) -> list[Any]:
+        from sao_gym.runtime.build import env_factory
+
+        env = env_factory(self.config)()
+        try:
+            return list(env.reset(seed=self.config.seed)[1].get("tools") or [])
+        finally:
+            env.close()
+
+
+def env_corpus(config: TrainConfig, demos: Demonstrations | None, episodes: int) -> list[str]:
+    """Text of the env as the model sees it: ``episodes`` tasks rendered with their tools.
+
+    The tasks are played by the demonstrations' source when there is one.
+    It trains the tiny model's tokenizer, so it is rendered with a provisional
+    tokenizer of the general corpus (only its chat template matters here).
     """
+    import tempfile
+
     from transformers import AutoTokenizer
 
-    from sao_gym.runtime.build import oracle_for
-    from sao_gym.runtime.warmstart import SFTStep, collect_demonstrations, sft
+    from sao_gym.models import COMPACT_TOOLS_TEMPLATE, _build_tokenizer
+    from sao_gym.runtime.build import env_factory
+
+    tokenizer = _build_tokenizer(int((config.model_options or {}).get("vocab_size", 1024)))
+    tokenizer.chat_template = COMPACT_TOOLS_TEMPLATE
+    with tempfile.TemporaryDirectory() as tmp:  # a reload gives the class the agent uses
+        tokenizer.save_pretrained(tmp)
+        tokenizer = AutoTokenizer.from_pretrained(tmp)
+    make_env = env_factory(config)
+    env = make_env()
+    try:
+        tools = env.reset(seed=config.seed)[1].get("tools") or []
+    finally:
+        env.close()
+    if demos is not None:
+        played, _ = demos.collect(tokenizer, episodes=episodes, holdout=0,
+                                  budgets={"max_new_tokens": _COLLECT_NEW_TOKENS})
+        conversations = [r.messages for r in played]
+    else:
+        conversations = []
+        for i in range(episodes):
+            env = make_env()
+            try:
+                conversations.append(env.reset(seed=config.seed + DEMO_SEED_OFFSET + i)[0])
+            finally:
+                env.close()
+    return [tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False)
+            for messages in conversations]
+
+
+# ---------------------------------------------------------------------------
+# the train job
+# ---------------------------------------------------------------------------
+
+
+def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
+            ) -> tuple[TrainConfig, str]:
+    """Fit the run to its env: ``(resolved config, starting checkpoint)``; saves the config.
+
+    Builds or finds the model, collects demonstrations, fits null token
+    budgets, and runs the supervised warm start (see the module docs).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from sao_gym.runtime.fit import fit_budgets
+
+    ws = config.warm_start
+    demos = Demonstrations.of(config) if ws is not None and ws.steps else None
+    if demos is None:
+        say(f"no warm start: {config.env} registers no oracle and warm_start.demonstrations "
+            "names no file, so RL starts from the raw model"
+            if ws is not None and ws.steps else "no warm start (warm_start: null)")
+    else:
+        say(f"demonstrations: {demos.what}")
+    corpus: list[str] = []
+    if config.model == "tiny" and not (run_dir / "model" / "base" / "config.json").exists():
+        corpus = env_corpus(config, demos, CORPUS_EPISODES)
+    policy = resolve_model(config.model, run_dir, config.seed, corpus=corpus,
+                           options=config.model_options)
+    if config.chat_template is not None:
+        from sao_gym.models import with_chat_template
+
+        policy = with_chat_template(policy, config.chat_template, run_dir / "model" / "templated")
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    positions = getattr(AutoConfig.from_pretrained(policy), "max_position_embeddings", None)
+    r = config.rollout
+    budgets = {"max_new_tokens": r.max_new_tokens or _COLLECT_NEW_TOKENS,
+               "max_context_tokens": r.max_context_tokens or positions}
+    train_demos: list[Any] = []
+    holdout: list[Any] = []
+    if demos is not None:
+        started = time.monotonic()
+        train_demos, holdout = demos.collect(
+            tokenizer, episodes=ws.episodes,
+            holdout=ws.holdout_episodes if ws.target_success is not None else 0,
+            budgets=budgets)
+        rewards = [d.reward for d in train_demos]
+        say(f"collected {len(train_demos)} demonstrations (+{len(holdout)} held out), mean "
+            f"reward {sum(rewards) / len(rewards):.2f} ({time.monotonic() - started:.0f} s)")
+    config, lines = fit_budgets(config, train_demos + holdout, turn_limit=turn_limit(config),
+                                model_positions=positions)
+    for line in lines:
+        say(line)
+    save_config(config, run_dir / "config.yaml")
+    if demos is not None:
+        policy = warm_start(config, policy, run_dir, train_demos,
+                            [d for d in holdout if d.reward > 0], say=say)
+    return config, policy
+
+
+def turn_limit(config: TrainConfig) -> int | None:
+    """The run's turn limit: ``rollout.max_episode_steps`` or the env's registered one."""
+    import gymnasium
+
+    from sao_gym.registration import resolve_id
+
+    if config.rollout.max_episode_steps is not None:
+        return config.rollout.max_episode_steps
+    return gymnasium.spec(resolve_id(config.env)).max_episode_steps
+
+
+def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
+               holdout: list[Any], *, say: Any = logger.info) -> str:
+    """Supervised warm start on ``demos``; returns the new checkpoint.
+
+    With ``warm_start.target_success`` it stops once the held-out estimate
+    (``holdout``: rewarded demonstrations of other tasks) reaches it.
+    Progress (loss, token accuracy) goes to ``say`` every tenth of the steps.
+    """
+    from sao_gym.runtime.warmstart import SFTStep, sft
 
     ws = config.warm_start
     assert ws is not None
     out = run_dir / "model" / "warm_start"
     if (out / "config.json").exists():
         return str(out)
-    tokenizer = AutoTokenizer.from_pretrained(base)
-    oracle = oracle_for(config.env, **ws.oracle)
     target = ws.target_success
-
-    def demonstrations(episodes: int, seed: int) -> list:
-        return collect_demonstrations(
-            config.env, tokenizer, oracle, episodes=episodes, seed=seed,
-            env_kwargs=config.env_kwargs, max_new_tokens=config.rollout.max_new_tokens,
-            max_context_tokens=config.rollout.max_context_tokens)
-
-    demos = demonstrations(ws.episodes, config.seed + 10_000_000)
-    holdout = None
-    if target is not None:  # rewarded demonstrations of other tasks
-        holdout = [r for r in demonstrations(ws.holdout_episodes, config.seed + 20_000_000)
-                   if r.reward > 0]
     every = max(1, ws.steps // 10)
+    say(f"warm start: at most {ws.steps} supervised steps on {len(demos)} demonstrations")
 
     def report(s: SFTStep) -> None:
         reached = s.holdout_success is not None and s.holdout_success >= target
@@ -109,44 +309,50 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, *,
                target_metric=ws.target_metric)
 
 
-def evaluate_policy(policy_path: str, env_id: str, episodes: int, *, seed: int = 1_000_000,
-                    env_kwargs: dict | None = None, temperature: float = 1.0,
-                    max_new_tokens: int = 64, max_context_tokens: int = 2048,
-                    max_episode_steps: int | None = None, concurrency: int = 16,
-                    max_batch_size: int | None = None) -> dict[str, Any]:
-    """Success rate, mean return, mean turns and infra failures of ``episodes`` episodes.
+def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = None,
+             seed: int = EVAL_SEED, run_dir: str | Path | None = None,
+             on_done: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """Success rate, mean return, mean turns and infra failures of ``policy_path``.
 
-    Seeds start at ``seed`` (by default far from the training stream's). An
-    episode whose environment or agent fails counts as an infra failure
-    (reported, never averaged in) and the evaluation goes on.
+    Plays ``episodes`` (default ``eval.episodes``) episodes with env seeds
+    from ``seed``, as ``config`` says: its env and options, turn limit, token
+    budgets, inference backend and ``eval.temperature`` (default the
+    rollout's). Each episode's sampling is seeded by its env seed, so the
+    numbers repeat for the same seeds. An episode whose environment or agent
+    fails counts as an infra failure (reported, never averaged in).
+    ``on_done(rollout)`` is called as each episode ends (progress).
     """
     from transformers import AutoTokenizer
 
-    from sao_gym.agents import LLMAgent
     from sao_gym.evaluation import EpisodeSummary, run_episodes
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.runtime.build import agent_factory, build_backend, env_factory
 
+    episodes = config.eval.episodes if episodes is None else episodes
+    temperature = config.eval.temperature
+    temperature = config.rollout.temperature if temperature is None else temperature
     tokenizer = AutoTokenizer.from_pretrained(policy_path)
 
     async def play() -> list:
-        backend = HFBackend(policy_path, max_batch_size=max_batch_size or concurrency,
-                            seed=seed)
+        backend = build_backend(config, policy_path, version=0, seed=seed, run_dir=run_dir)
         try:
             return await run_episodes(
-                lambda: sao_gym.make(env_id, max_episode_steps=max_episode_steps,
-                                     **(env_kwargs or {})),
-                lambda: LLMAgent(backend, tokenizer, max_new_tokens=max_new_tokens,
-                                 temperature=temperature, max_context_tokens=max_context_tokens),
-                episodes, concurrency=concurrency, seed=seed)
+                env_factory(config), agent_factory(config, backend, tokenizer,
+                                                   temperature=temperature),
+                episodes, concurrency=config.rollout.concurrency, seed=seed, on_done=on_done,
+                seed_agents=True)
         finally:
             await backend.aclose()
 
     start = time.monotonic()
     rollouts = asyncio.run(play())
     summary = EpisodeSummary.of(rollouts).__dict__
-    return {**summary, "model": str(policy_path), "env": env_id,
-            "env_kwargs": dict(env_kwargs or {}), "seed": seed,
-            "temperature": temperature, "elapsed_s": round(time.monotonic() - start, 2)}
+    return {**summary, "model": str(policy_path), "env": config.env,
+            "env_kwargs": dict(config.env_kwargs), "seed": seed,
+            "temperature": temperature, "max_episode_steps": turn_limit(config),
+            "max_new_tokens": config.rollout.max_new_tokens,
+            "max_context_tokens": config.rollout.max_context_tokens,
+            "backend": config.inference.backend,
+            "elapsed_s": round(time.monotonic() - start, 2)}
 
 
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
@@ -155,28 +361,24 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
 
     ``display`` (a :class:`~sao_gym.progress.ProgressDisplay`) gets every
     step's metrics; its clock starts when RL starts, so its ETA counts
-    training time only.
+    training time only. On ``resume`` the config is the run's saved one
+    (budgets already fitted) and the warm start is not run again.
     """
-    from sao_gym.runtime.build import build_trainer, eval_settings
+    from sao_gym.runtime.build import build_trainer, require_env
 
+    require_env(config)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    policy = resolve_model(config.model, run_dir, config.seed)
-    if config.chat_template is not None:
-        from sao_gym.models import with_chat_template
-
-        policy = with_chat_template(policy, config.chat_template, run_dir / "model" / "templated")
-    ws = config.warm_start
-    if ws is not None and ws.steps and not resume:
-        say(f"warm start: at most {ws.steps} supervised steps on {ws.episodes} demonstrations")
-        policy = warm_start(config, policy, run_dir, say=say)
-    elif (run_dir / "model" / "warm_start" / "config.json").exists():
-        policy = str(run_dir / "model" / "warm_start")
+    if resume:
+        warm = run_dir / "model" / "warm_start"
+        policy = str(warm) if (warm / "config.json").exists() else resolve_model(
+            config.model, run_dir, config.seed, options=config.model_options)
+    else:
+        config, policy = prepare(config, run_dir, say=say)
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
-    settings = eval_settings(config)
     if config.eval.episodes and not (run_dir / "eval_before.json").exists():
         say(f"evaluating the starting model on {config.eval.episodes} episodes")
-        before = evaluate_policy(policy, **settings)
+        before = evaluate(config, policy, run_dir=run_dir)
         (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
     if resume:
         say(_resuming(run_dir))
@@ -195,7 +397,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             "the trained model is not evaluated")
     elif config.eval.episodes and last is not None:
         say(f"evaluating the trained model on {config.eval.episodes} episodes")
-        after = evaluate_policy(str(last / "policy"), **settings)
+        after = evaluate(config, str(last / "policy"), run_dir=run_dir)
         (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
     for name in ("eval_before", "eval_after"):
         path = run_dir / f"{name}.json"

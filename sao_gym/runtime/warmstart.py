@@ -16,14 +16,20 @@ teaches the tiny model the task's protocol with a short supervised phase:
 
 An oracle is a function ``oracle(messages, task) -> str`` giving the text of
 the next assistant turn from the conversation so far and the env's task
-(``env.unwrapped.task``, which holds the reference answer); for Arithmetic
-see :func:`sao_gym.envs.arithmetic.oracle.arithmetic_oracle`.
+(``env.unwrapped.task``, which holds the reference answer); an environment
+registers its own (``sao_gym.register(..., oracle=...)``). Without one,
+:func:`load_conversations` reads demonstrations from a JSONL file of
+conversations and :func:`acollect_demonstrations` replays them through the
+same agent, so they get the same token layout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
+import json
 import logging
 import math
 import random
@@ -33,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sao_gym.core import AgentEnv, StepResult
 from sao_gym.types import Message, Rollout, SamplingParams
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,7 +86,7 @@ class _OracleTurns:
 
 
 async def acollect_demonstrations(
-    env_id: str,
+    env_id: str | Callable[[], Any],
     tokenizer: Any,
     oracle: Oracle,
     *,
@@ -96,10 +103,12 @@ async def acollect_demonstrations(
 
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    build = env_id if callable(env_id) else functools.partial(sao_gym.make, env_id,
+                                                              **dict(env_kwargs or {}))
 
     def factories(turns: _OracleTurns) -> tuple[Callable[[], Any], Callable[[], Any]]:
         def make_env() -> Any:
-            env = sao_gym.make(env_id, **dict(env_kwargs or {}))
+            env = build()
             # The task is chosen at reset, before the first act(): read it lazily.
             turns.task = _LazyTask(env)
             return env
@@ -128,7 +137,7 @@ async def acollect_demonstrations(
     logger.info(
         "collected %d demonstrations of %s: mean reward %.3f, mean length %.1f tokens "
         "(%.1f action tokens)",
-        len(demos), env_id, sum(rewards) / len(demos),
+        len(demos), demos[0].env_id, sum(rewards) / len(demos),
         sum(len(r.token_ids) for r in demos) / len(demos),
         sum(r.num_action_tokens for r in demos) / len(demos),
     )
@@ -158,7 +167,7 @@ class _LazyTask(Mapping[str, Any]):
 
 
 def collect_demonstrations(
-    env_id: str,
+    env_id: str | Callable[[], Any],
     tokenizer: Any,
     oracle: Oracle,
     *,
@@ -169,7 +178,8 @@ def collect_demonstrations(
 ) -> list[Rollout]:
     """Play ``episodes`` oracle episodes and return them as token-exact rollouts.
 
-    Episode ``i`` is reset with seed ``seed + i``. Each turn, the oracle's
+    ``env_id`` is an env id (made with ``env_kwargs``) or a factory of
+    environments. Episode ``i`` is reset with seed ``seed + i``. Each turn, the oracle's
     text for the conversation so far is tokenized (``tokenizer``, no special
     tokens added) and closed with the agent's end-of-turn token; an
     :class:`~sao_gym.agents.LLMAgent` built with ``agent_kwargs``
@@ -187,6 +197,131 @@ def collect_demonstrations(
         env_id, tokenizer, oracle, episodes=episodes, seed=seed, env_kwargs=env_kwargs,
         **agent_kwargs,
     ))
+
+
+# ---------------------------------------------------------------------------
+# demonstrations from a file of conversations
+# ---------------------------------------------------------------------------
+
+
+def load_conversations(path: str | Path) -> list[dict[str, Any]]:
+    """Read demonstrations from a JSONL file, one conversation per line.
+
+    A line is ``{"messages": [...], "reward": 1.0}`` (``reward`` optional,
+    default 1.0; ``tools`` optional: the tool schemas the conversation was
+    held with, else the environment's). ``messages`` are OpenAI-format chat
+    messages: the task's opening messages (system/user), then assistant turns
+    (``content`` and/or ``tool_calls``) each followed by what the environment
+    answered (``tool``/``user`` messages). Raises ``ValueError`` naming the
+    line for anything else.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"demonstrations file {path} does not exist")
+    conversations = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            conv = json.loads(line)
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: not JSON: {e}") from None
+        problem = _conversation_problem(conv)
+        if problem:
+            raise ValueError(f"{path}:{n}: {problem}")
+        conversations.append(conv)
+    if not conversations:
+        raise ValueError(f"{path} holds no conversations")
+    return conversations
+
+
+def _conversation_problem(conv: Any) -> str | None:
+    if not isinstance(conv, dict) or not isinstance(conv.get("messages"), list):
+        return 'expected {"messages": [...], "reward": ...}'
+    messages = conv["messages"]
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        return "every message must be an object with a role"
+    roles = [m["role"] for m in messages]
+    if "assistant" not in roles:
+        return "no assistant turn to learn from"
+    if roles[0] == "assistant":
+        return "the conversation must open with the task (system/user messages)"
+    reward = conv.get("reward", 1.0)
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return f"reward must be a number, got {reward!r}"
+    return None
+
+
+def assistant_text(message: Message) -> str:
+    """The text a model writes for an assistant ``message``: content, then tool-call blocks.
+
+    Tool calls become ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``
+    blocks, which the agent's tool parser reads back into the same calls.
+    """
+    parts = [message["content"]] if isinstance(message.get("content"), str) and \
+        message["content"] else []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError:
+                pass
+        parts.append("<tool_call>\n" + json.dumps({"name": fn.get("name"), "arguments": args},
+                                                   ensure_ascii=False) + "\n</tool_call>")
+    return "\n".join(parts)
+
+
+def replay_oracle(messages: Sequence[Message], task: Mapping[str, Any]) -> str:
+    """The oracle of a replayed conversation: its next recorded assistant turn."""
+    return task["turns"][sum(m.get("role") == "assistant" for m in messages)]
+
+
+def replay_env_factory(conversations: Sequence[Mapping[str, Any]],
+                       tools: Sequence[Mapping[str, Any]] = ()) -> Callable[[], Any]:
+    """A factory of environments that replay ``conversations``, one per call, in order.
+
+    Played with :func:`replay_oracle` by :func:`acollect_demonstrations`
+    (whose episodes make one env each), they turn a file of conversations
+    into rollouts with the agent's token layout; the last assistant turn
+    earns the conversation's ``reward``. ``tools``: schemas for
+    conversations that carry none.
+    """
+    pending = iter(itertools.cycle(enumerate(conversations)))
+    return lambda: ConversationEnv(*next(pending), tools)
+
+
+class ConversationEnv(AgentEnv):
+    """Replays one recorded conversation whatever the agent does (:func:`replay_env_factory`)."""
+
+    def __init__(self, index: int, conversation: Mapping[str, Any],
+                 tools: Sequence[Mapping[str, Any]] = ()):
+        super().__init__()
+        self._index, self._conversation = index, conversation
+        self._tools = list(conversation.get("tools") or tools)
+        self._blocks: list[list[Message]] = []
+
+    async def on_reset(self, options: dict[str, Any]) -> tuple[list[Message], dict[str, Any]]:
+        """The conversation's opening messages; the task holds its assistant turns."""
+        blocks: list[list[Message]] = [[]]
+        turns = []
+        for m in self._conversation["messages"]:
+            if m["role"] == "assistant":
+                turns.append(assistant_text(m))
+                blocks.append([])
+            else:
+                blocks[-1].append(dict(m))
+        self._blocks = blocks[1:]
+        self.task = {"id": f"demonstration-{self._index}", "turns": turns}
+        return blocks[0], {"tools": self._tools}
+
+    async def on_step(self, action: Message) -> StepResult:
+        """The recorded answer to the next assistant turn; the reward comes at the end."""
+        obs = self._blocks.pop(0)
+        done = not self._blocks
+        reward = float(self._conversation.get("reward", 1.0)) if done else 0.0
+        return obs, reward, done, False, {}
 
 
 # ---------------------------------------------------------------------------
@@ -337,7 +472,8 @@ def holdout_success(
             ids = mb.input_ids_BT.to(device)
             mask = mb.action_mask_BT.to(device)
             logits = model(input_ids=ids, attention_mask=mb.attention_mask_BT.to(device)).logits
-            probs += (token_logprobs(logits, ids) * mask).sum(-1).exp().tolist()
+            # float64: a long rollout's probability underflows float32 (exp(-88) = 0)
+            probs += (token_logprobs(logits, ids) * mask).sum(-1).double().exp().tolist()
             hit = F.pad(logits[:, :-1].argmax(-1) == ids[:, 1:], (1, 0), value=True)
             greedy += (hit | (mask == 0)).all(-1).float().tolist()
     return {"sampled": sum(probs) / len(probs), "greedy": sum(greedy) / len(greedy)}
@@ -493,6 +629,11 @@ def sft(
 
 __all__ = [
     "Oracle",
+    "assistant_text",
+    "load_conversations",
+    "ConversationEnv",
+    "replay_env_factory",
+    "replay_oracle",
     "SFTStep",
     "acollect_demonstrations",
     "collect_demonstrations",

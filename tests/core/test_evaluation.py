@@ -130,13 +130,13 @@ async def test_cancelling_an_evaluation_closes_every_env():
 @pytest.mark.slow
 def test_evaluate_policy_reports_the_infra_failures(tiny_model_path):
     """The `sao-gym eval` path: a real (tiny) policy, 20% of the seeds failing in reset."""
-    try:
-        from sao_gym.runtime.job import evaluate_policy
-    except ImportError:  # the job module's former name
-        from sao_gym.runtime.main import evaluate_policy
+    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.job import evaluate
 
-    result = evaluate_policy(tiny_model_path, ENV_ID, 10, seed=1_000_000, max_new_tokens=4,
-                             max_context_tokens=512, max_episode_steps=2, concurrency=4)
+    config = load_config(None, [f"env={ENV_ID}", "rollout.max_new_tokens=4",
+                                "rollout.max_context_tokens=512", "rollout.max_episode_steps=2",
+                                "rollout.concurrency=4"])
+    result = evaluate(config, tiny_model_path, episodes=10, seed=1_000_000)
     assert result["episodes"] == 10
     assert result["infra_failures"] == len(failing(range(1_000_000, 1_000_010))) == 2
     assert result["failure_reasons"] == {"env_error": 2}

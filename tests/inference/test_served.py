@@ -49,10 +49,10 @@ def _launch(kind: str, model: str, log_dir, n: int = 1) -> LocalServers:
 def model_path(tmp_path_factory):
     """The demo's tiny model (compact tool template: short prompts, fast steps)."""
     from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
-    from sao_gym.runtime.job import TINY_MODEL
+    from sao_gym.runtime.config import load_recipe
 
     return tiny_model(tmp_path_factory.mktemp("demo_tiny"), chat_template=COMPACT_TOOLS_TEMPLATE,
-                      **TINY_MODEL)
+                      **load_recipe("demo").model_options)
 
 
 @pytest.fixture(scope="module", params=KINDS)

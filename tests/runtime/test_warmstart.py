@@ -407,11 +407,13 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     cfg = load_config(None, ["warm_start.steps=7", "warm_start.episodes=6", "warm_start.lr=0.01",
                              "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
                              "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
-                             "warm_start.target_metric=greedy", "seed=4",
+                             "warm_start.target_metric=greedy", "seed=4", f"env={ENV_ID}",
                              "env_kwargs={max_value: 5}", "rollout.max_new_tokens=24",
-                             "rollout.max_context_tokens=512"])
-    out = train_main.warm_start(cfg, small_model, tmp_path)
+                             "rollout.max_context_tokens=512", f"model={small_model}"])
+    fitted, out = train_main.prepare(cfg, tmp_path)
     assert out == str(tmp_path / "model" / "warm_start")
+    assert fitted == cfg  # budgets set: nothing to fit
+    assert load_config(tmp_path / "config.yaml") == cfg
     assert (seen["steps"], seen["lr"], seen["batch_size"], seen["seed"]) == (7, 0.01, 3, 4)
     demos = seen["demos"]
     assert len(demos) == 6 and all(r.reward == 1.0 for r in demos)
@@ -423,11 +425,12 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
-def test_oracle_for_rejects_unknown_envs_and_options():
-    from sao_gym.runtime.build import oracle_for
+def test_oracle_for_finds_registered_oracles_and_rejects_options_without_one():
+    from sao_gym.runtime.build import SetupError, oracle_for
 
-    with pytest.raises(ValueError, match="no warm-start oracle"):
-        oracle_for("sao_gym/HeavyTail-v0")
+    assert oracle_for("sao_gym/HeavyTail-v0") is None
+    with pytest.raises(SetupError, match="registers no oracle"):
+        oracle_for("sao_gym/HeavyTail-v0", slip_rate=0.1)
     for name in ("direct_rate", "slip_rate"):
         oracle = oracle_for(ENV_ID, **{name: 2.0})
         with pytest.raises(ValueError, match=name):

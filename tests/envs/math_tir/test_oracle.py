@@ -17,7 +17,8 @@ from sao_gym.envs.math_tir import ReasoningGymTasks
 from sao_gym.envs.math_tir.oracle import arithmetic_tool_oracle, question_expression
 from sao_gym.envs.math_tir.verify import grade_math
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
-from sao_gym.runtime.build import ORACLES, oracle_for
+from sao_gym.registration import env_oracle
+from sao_gym.runtime.build import oracle_for
 from sao_gym.runtime.warmstart import collect_demonstrations
 from sao_gym.types import StopReason
 from tests.sandbox.conftest import backend_class
@@ -42,7 +43,7 @@ def test_docstring_examples():
 
 
 def test_registered_for_warm_starts():
-    assert ORACLES[ENV_ID] == "sao_gym.envs.math_tir.oracle:arithmetic_tool_oracle"
+    assert env_oracle(ENV_ID) is arithmetic_tool_oracle
     assert oracle_for(ENV_ID) is arithmetic_tool_oracle
     bound = oracle_for(ENV_ID, slip_rate=0.25, seed=3)
     assert bound.func is arithmetic_tool_oracle and bound.keywords == {"slip_rate": 0.25, "seed": 3}
