@@ -2,8 +2,8 @@
 
 - :class:`ScriptedAgent` replays fixed actions, or asks a function.
 - :class:`RandomAgent` throws random messages at an env: samples of
-  :class:`~sao_gym.spaces.AssistantMessageSpace` mixed with well-typed calls
-  of the env's own tools.
+  :class:`~sao_gym.spaces.AssistantMessageSpace` that call the env's own tools
+  (those of the reset info), with arguments that fit their schemas or not.
 
 Neither produces tokens: their trajectories hold only messages.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,43 +68,21 @@ class ScriptedAgent:
         return Trajectory(messages=copy.deepcopy(self._messages))
 
 
-def _random_value(rng: np.random.Generator, kind: Any) -> Any:
-    kind = kind[int(rng.integers(0, len(kind)))] if isinstance(kind, list) else kind
-    if kind == "integer":
-        return int(rng.integers(-100, 100))
-    if kind == "number":
-        return float(rng.normal() * 100)
-    if kind == "boolean":
-        return bool(rng.integers(0, 2))
-    if kind == "array":
-        return [int(x) for x in rng.integers(0, 10, size=int(rng.integers(0, 4)))]
-    if kind == "object":
-        return {}
-    return "".join(chr(int(c)) for c in rng.integers(32, 127, size=int(rng.integers(0, 12))))
-
-
 class RandomAgent:
-    """Random actions: half space samples, half well-typed calls of the env's tools."""
+    """Random actions: samples of an :class:`AssistantMessageSpace` given the env's tools.
+
+    Each ``seed`` gives its own sequence of actions (for the same observations).
+    """
 
     def __init__(self, seed: int | None = None):
         self.rng = np.random.default_rng(seed)
         self.space = AssistantMessageSpace(seed=int(self.rng.integers(2**31)))
-        self._inner = ScriptedAgent(self._choose)
-        self._tools: list[dict[str, Any]] = []
-
-    def _choose(self, messages: list[Message]) -> Message:
-        if not self._tools or self.rng.random() < 0.5:
-            return self.space.sample()
-        fn = self._tools[int(self.rng.integers(0, len(self._tools)))].get("function", {})
-        props = fn.get("parameters", {}).get("properties", {})
-        args = {k: _random_value(self.rng, v.get("type", "string")) for k, v in props.items()}
-        call = {"id": "call_0", "type": "function",
-                "function": {"name": fn.get("name", ""), "arguments": json.dumps(args)}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
+        self._inner = ScriptedAgent(lambda messages: self.space.sample())
 
     def reset(self, observation: list[Message], info: dict[str, Any]) -> None:
-        """Start a new episode; remembers the env's tools."""
-        self._tools = copy.deepcopy(info.get("tools") or [])
+        """Start a new episode; its actions call the tools of ``info["tools"]``."""
+        tools = info.get("tools")
+        self.space.tools = copy.deepcopy(tools) if isinstance(tools, list) else []
         self._inner.reset(observation, info)
 
     async def act(self) -> Message | str:

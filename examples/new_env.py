@@ -1,7 +1,6 @@
 """A complete environment in under 50 lines: find a secret number, told "higher"/"lower".
 
-``python examples/new_env.py`` checks it, then plays one scripted episode (docs/new_env.md).
-"""
+``python examples/new_env.py`` checks it, then plays one scripted episode (docs/new_env.md)."""
 
 import sao_gym
 from sao_gym.tools import ToolEnv, ToolResult, tool
@@ -19,7 +18,8 @@ class GuessNumberEnv(ToolEnv):
     async def on_reset(self, options):
         secret = int(options.get("secret", self.np_random.integers(1, self.high + 1)))
         prompt = f"I picked an integer in [1, {self.high}]. Find it with the guess tool."
-        self.task = {"id": f"guess-{secret}", "prompt": prompt, "answer": secret}
+        task_id = f"guess-{self.np_random.integers(10**9)}"  # never the secret: clients see ids
+        self.task = {"id": task_id, "prompt": prompt, "answer": secret}
         return [{"role": "user", "content": prompt}], {}
 
     @tool(description="Guess the number.", parameters={

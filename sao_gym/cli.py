@@ -48,9 +48,16 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    import warnings
+
     from sao_gym.agents import RandomAgent
     from sao_gym.evaluation import EpisodeSummary, run_episodes
-    from sao_gym.utils.env_checker import EnvCheckError, check_agent_env
+    from sao_gym.utils.env_checker import (
+        EnvCheckError,
+        EnvCheckWarning,
+        OncePerError,
+        check_agent_env,
+    )
 
     try:
         env = sao_gym.make(args.env_id)
@@ -61,17 +68,29 @@ def _cmd_check(args: argparse.Namespace) -> int:
         print(f"FAIL: cannot make {args.env_id}: {reason}", file=sys.stderr)
         return 2
     try:
-        passed = check_agent_env(env)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", EnvCheckWarning)
+            passed = check_agent_env(env)
     except EnvCheckError as e:
         print(f"FAIL: {args.env_id}\n{e}", file=sys.stderr)
         return 1
     for name in passed:
         print(f"ok   {name}")
+    for w in caught:
+        if issubclass(w.category, EnvCheckWarning):
+            print(f"warn {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if args.episodes:
-        rollouts = asyncio.run(run_episodes(
-            lambda: sao_gym.make(args.env_id), lambda: RandomAgent(seed=args.seed),
-            args.episodes, seed=args.seed,
-        ))
+        # each episode its own env seed and agent seed (seed, seed+1, ...); a traceback
+        # that every episode would repeat is shown once, then counted
+        with OncePerError() as errors:
+            rollouts = asyncio.run(run_episodes(
+                lambda: sao_gym.make(args.env_id), lambda seed: RandomAgent(seed=seed),
+                args.episodes, seed=args.seed, seed_agents=True,
+            ))
+        for line in errors.summary():
+            print(line, file=sys.stderr)
         summary = EpisodeSummary.of(rollouts)
         if summary.infra_failures:
             reasons = sorted({r.stop_reason.value for r in rollouts if r.infra_failure})

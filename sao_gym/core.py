@@ -74,6 +74,21 @@ def coerce_action(action: Any) -> tuple[Message | None, str | None]:
     return copy.deepcopy(action), None
 
 
+def _reset_result(env_name: str, out: Any) -> tuple[list[Message], dict[str, Any]]:
+    """``on_reset``'s ``(messages, info)``, or a ``TypeError`` that says what it returned."""
+    if isinstance(out, (tuple, list)) and len(out) == 2 and isinstance(out[0], list) \
+            and isinstance(out[1], dict):
+        return out[0], out[1]
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        got = f"({type(out[0]).__name__}, {type(out[1]).__name__})"
+    elif isinstance(out, (tuple, list)):
+        got = f"a {type(out).__name__} of {len(out)}"
+    else:
+        got = type(out).__name__
+    raise TypeError(f"{env_name}.on_reset must return (messages, info): a list of message "
+                    f"dicts and a dict; got {got}")
+
+
 class _SyncRunner:
     """Runs coroutines to completion on a private event loop (the sync API)."""
 
@@ -150,9 +165,16 @@ class AgentEnv(gymnasium.Env, abc.ABC):
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         gymnasium.Env.reset(self, seed=seed, options=options)
-        obs, info = await self.on_reset(dict(options or {}))
+        obs, info = _reset_result(type(self).__name__, await self.on_reset(dict(options or {})))
         self._episode_over = False
+        self._sample_tools(info)
         return obs, info
+
+    def _sample_tools(self, info: dict[str, Any]) -> None:
+        """Let random actions (``action_space.sample()``) call the tools of ``info``."""
+        if isinstance(self.action_space, AssistantMessageSpace) and \
+                isinstance(info.get("tools"), list):
+            self.action_space.tools = list(info["tools"])
 
     async def astep(self, action: Message | str) -> StepResult:
         """Apply one action; raises :class:`ResetNeeded` outside an episode."""

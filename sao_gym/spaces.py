@@ -6,15 +6,21 @@
 ``contains`` checks *structure* (roles, types, tool-call shape); whether a
 tool exists or its arguments parse is for the environment to judge, so
 :meth:`AssistantMessageSpace.sample` deliberately yields structurally valid
-messages whose tool calls are often semantically broken (unknown tools,
-invalid JSON arguments), which is what a random agent should throw at an env.
+messages whose tool calls are often semantically broken, which is what a
+random agent should throw at an env. Given the env's tool schemas
+(``AssistantMessageSpace.tools``, which :class:`~sao_gym.core.AgentEnv` fills
+from the reset info's ``tools``), samples call those tools, about half the
+time with arguments that fit the schema (:func:`random_value`) and otherwise
+with broken ones (invalid JSON, not an object, a wrongly typed value, a
+missing required or an unexpected argument); they also call unknown tools.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +29,84 @@ from gymnasium.spaces import Space
 from sao_gym.types import ROLES, Message
 
 _ALPHABET = string.ascii_letters + string.digits + string.punctuation + " \n"
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,), "null": (type(None),),
+}
+
+
+def _is_of_type(value: Any, kind: str) -> bool:
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False  # JSON booleans are not numbers
+    return isinstance(value, _JSON_TYPES.get(kind, ()))
+
+
+def _number(schema: Mapping[str, Any], key: str) -> float | None:
+    value = schema.get(key)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def random_value(rng: np.random.Generator, schema: Mapping[str, Any], depth: int = 0) -> Any:
+    """A random value that fits a JSON schema: what a tool's argument may hold.
+
+    Covers what tool schemas use: ``type`` (one or a list), ``enum``,
+    ``minimum``/``maximum`` of numbers (default range [-100, 100]), ``items`` of
+    arrays (0 to 3 of them), ``properties``/``required`` of objects (every
+    required key, each optional one half the time). A schema without a type
+    gives a string of up to 12 characters.
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> value = random_value(rng, {"type": "object", "required": ["n"],
+        ...                            "properties": {"n": {"type": "integer", "minimum": 1}}})
+        >>> isinstance(value["n"], int) and value["n"] >= 1
+        True
+
+    """
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[int(rng.integers(0, len(enum)))]
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = kind[int(rng.integers(0, len(kind)))] if kind else "string"
+    if kind in ("integer", "number"):
+        low, high = _number(schema, "minimum"), _number(schema, "maximum")
+        low = low if low is not None else (high - 200 if high is not None else -100.0)
+        high = high if high is not None and high >= low else low + 200
+        if kind == "number":
+            return float(rng.uniform(low, high))
+        return int(rng.integers(math.ceil(low), max(math.floor(high), math.ceil(low)) + 1))
+    if kind == "boolean":
+        return bool(rng.integers(0, 2))
+    if kind == "null":
+        return None
+    if kind == "array":
+        items = schema.get("items")
+        items = items if isinstance(items, Mapping) and depth < 3 else {"type": "integer"}
+        return [random_value(rng, items, depth + 1) for _ in range(int(rng.integers(0, 4)))]
+    if kind == "object":
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) and depth < 3 else {}
+        required = schema.get("required")
+        required = [k for k in required if isinstance(k, str)] if isinstance(required, list) \
+            else []
+        out = {}
+        for key in [*props, *(k for k in required if k not in props)]:
+            if key in required or rng.random() < 0.5:
+                sub = props.get(key)
+                out[key] = random_value(rng, sub if isinstance(sub, Mapping) else {}, depth + 1)
+        return out
+    n = int(rng.integers(0, 13))
+    return "".join(_ALPHABET[i] for i in rng.integers(0, len(_ALPHABET), size=n))
+
+
+def _wrong_value(rng: np.random.Generator, kind: Any) -> Any:
+    """A value of none of the JSON types ``kind`` names."""
+    kinds = kind if isinstance(kind, list) else [kind]
+    candidates = [v for v in (7, 2.5, "text", True, None, [1], {"x": 1})
+                  if not any(_is_of_type(v, k) for k in kinds if isinstance(k, str))]
+    return candidates[int(rng.integers(0, len(candidates)))] if candidates else {"x": [1]}
 
 
 def _tool_call_problem(call: Any) -> str | None:
@@ -90,31 +174,67 @@ class _MessageSpaceBase(Space):
         idx = self.np_random.integers(0, len(_ALPHABET), size=n)
         return "".join(_ALPHABET[i] for i in idx)
 
-    def _tool_call(self, i: int) -> dict[str, Any]:
-        names = ("calculator", "submit", "python", "bash", "unknown_tool", "")
-        name = names[int(self.np_random.integers(0, len(names)))]
-        kind = int(self.np_random.integers(0, 4))
-        if kind == 0:  # well-formed JSON object
-            args: str | dict[str, Any] = json.dumps({"arg": self._text()})
-        elif kind == 1:  # malformed JSON
+    def _tool_call(self, i: int, tools: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """A call of one of ``tools`` (3 in 4 when there are some) or of an unknown tool."""
+        rng = self.np_random
+        fn: Any = {}
+        if tools and rng.random() < 0.75:
+            fn = tools[int(rng.integers(0, len(tools)))].get("function")
+        fn = fn if isinstance(fn, Mapping) else {}
+        name = fn.get("name") if isinstance(fn.get("name"), str) else \
+            ("unknown_tool", "")[int(rng.integers(0, 2))]
+        params = fn.get("parameters")
+        schema: Mapping[str, Any] = params if isinstance(params, Mapping) else {}
+        args: str | dict[str, Any]
+        kind = int(rng.integers(0, 10))
+        if kind < 5:  # fits the schema (JSON text, or now and then an already-decoded dict)
+            value = random_value(rng, {"type": "object", **schema})
+            args = value if kind == 0 else json.dumps(value)
+        elif kind == 5:  # malformed JSON
             args = "{" + self._text()
-        elif kind == 2:  # JSON that is not an object
-            args = json.dumps([self._text(), int(self.np_random.integers(-9, 10))])
-        else:  # already-decoded dict with a wrongly typed value
-            args = {"expression": int(self.np_random.integers(-1000, 1000))}
-        fn = {"name": name, "arguments": args}
-        return {"id": f"call_{i}", "type": "function", "function": fn}
+        elif kind == 6:  # JSON that is not an object
+            args = json.dumps([self._text(), int(rng.integers(-9, 10))])
+        else:  # an object that breaks the schema in one place
+            args = self._broken_arguments(schema, kind - 7)
+        return {"id": f"call_{i}", "type": "function",
+                "function": {"name": name, "arguments": args}}
 
-    def _assistant(self) -> Message:
+    def _broken_arguments(self, schema: Mapping[str, Any], how: int) -> dict[str, Any]:
+        """Arguments that break ``schema`` in one place, chosen by ``how``.
+
+        0: a wrongly typed value, 1: a required argument left out, 2: an
+        unexpected argument; where the schema offers no way to make one kind,
+        the next kind.
+        """
+        rng = self.np_random
+        args = random_value(rng, {"type": "object", **schema})
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        typed = [k for k, p in props.items() if isinstance(p, Mapping) and "type" in p]
+        required = schema.get("required")
+        required = [k for k in required if k in args] if isinstance(required, list) else []
+        if how == 0 and typed:
+            key = typed[int(rng.integers(0, len(typed)))]
+            args[key] = _wrong_value(rng, props[key]["type"])
+        elif how <= 1 and required:
+            del args[required[int(rng.integers(0, len(required)))]]
+        else:
+            args["unexpected_" + self._text()[:8]] = self._text()
+        return args
+
+    def _assistant(self, tools: Sequence[Mapping[str, Any]] = ()) -> Message:
         msg: Message = {"role": "assistant", "content": self._text()}
         n_calls = int(self.np_random.integers(0, 3))
         if n_calls:
-            msg["tool_calls"] = [self._tool_call(i) for i in range(n_calls)]
+            msg["tool_calls"] = [self._tool_call(i, tools) for i in range(n_calls)]
         return msg
 
 
 class AssistantMessageSpace(_MessageSpaceBase):
     """The action space: one assistant message, possibly with tool calls.
+
+    ``tools`` (OpenAI tool schemas) are the tools that :meth:`sample` calls;
+    an :class:`~sao_gym.core.AgentEnv` sets them from its reset info.
 
     Example:
         >>> space = AssistantMessageSpace(seed=0)
@@ -127,13 +247,24 @@ class AssistantMessageSpace(_MessageSpaceBase):
 
     """
 
+    def __init__(
+        self,
+        max_text_length: int = 64,
+        seed: int | np.random.Generator | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ):
+        super().__init__(max_text_length=max_text_length, seed=seed)
+        self.tools: list[Mapping[str, Any]] = list(tools or [])
+        """The OpenAI tool schemas whose tools :meth:`sample` calls."""
+
     def contains(self, x: Any) -> bool:
         """Whether ``x`` is a structurally valid assistant message."""
         return is_message(x, roles=("assistant",))
 
     def sample(self, mask: Any = None, probability: Any = None) -> Message:
         """A random assistant message; its tool calls are often broken on purpose."""
-        return self._assistant()
+        tools = [t for t in self.tools if isinstance(t, Mapping)]
+        return self._assistant(tools)
 
     def __repr__(self) -> str:
         return "AssistantMessageSpace()"

@@ -177,6 +177,10 @@ class ToolEnv(AgentEnv):
 
     max_tool_calls_per_turn: int = 8
 
+    def __init__(self) -> None:
+        super().__init__()  # random actions call the declared tools (after reset: info's)
+        self._sample_tools({"tools": [spec.schema() for spec in self.tool_specs().values()]})
+
     @classmethod
     def tool_specs(cls) -> dict[str, ToolSpec]:
         """The declared tools, by name."""
@@ -192,6 +196,7 @@ class ToolEnv(AgentEnv):
         """Start an episode; the info carries ``tools``."""
         obs, info = await super().areset(seed=seed, options=options)
         info.setdefault("tools", self.tool_schemas())
+        self._sample_tools(info)
         return obs, info
 
     async def on_text(self, message: Message) -> StepResult:

@@ -23,9 +23,17 @@ def test_registered_envs_pass(env_id):
     assert check_agent_env(env) == list(CHECKS)
 
 
+class CheckedEchoEnv(EchoEnv):
+    """EchoEnv with a task (the checker wants an id)."""
+
+    async def on_reset(self, options):
+        self.task = {"id": "echo", "prompt": "say something"}
+        return await super().on_reset(options)
+
+
 def test_helper_envs_pass():
     assert check_agent_env(CounterEnv()) == list(CHECKS)
-    assert check_agent_env(EchoEnv()) == list(CHECKS)
+    assert check_agent_env(CheckedEchoEnv()) == list(CHECKS)
 
 
 def test_hostile_action_catalogue_is_broad():

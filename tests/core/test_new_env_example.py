@@ -51,7 +51,7 @@ async def test_scripted_episode_gets_the_expected_reward(example):
     rollout = await sao_gym.run_episode(sao_gym.make(ENV_ID), agent, options={"secret": 37})
     assert (rollout.reward, rollout.terminated, rollout.stop_reason) == (
         1.0, True, StopReason.TERMINATED)
-    assert rollout.metrics["turns"] == 3.0 and rollout.task_id == "guess-37"
+    assert rollout.metrics["turns"] == 3.0 and rollout.task_id.startswith("guess-")
     assert [m["content"] for m in rollout.messages if m["role"] == "tool"] == [
         "lower", "higher", "correct"]
 
