@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -87,3 +88,35 @@ class EchoEnv(AgentEnv):
         text = action.get("content") or ""
         return ([{"role": "user", "content": f"you said {len(text)} chars"}],
                 1.0 if text == "bye" else 0.0, text == "bye", False, {})
+
+
+_ONE_TURN_SCRIPT = """
+import asyncio, gc, json, sys
+import sao_gym
+from sao_gym.agents import ScriptedAgent
+
+env_id, kwargs, action = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+for seed in (0, 1):  # each episode under its own asyncio.run; the env is never closed
+    env = sao_gym.make(env_id, max_episode_steps=1, **kwargs)
+    rollout = asyncio.run(sao_gym.run_episode(env, ScriptedAgent([action]), seed=seed))
+    assert not rollout.infra_failure, rollout
+    del env
+    gc.collect()  # the first episode's env is garbage while the script goes on
+print(rollout.messages[-1]["content"])
+"""
+
+EXIT_WARNINGS = ("Event loop is closed", "is closed", "Exception ignored", "unclosed")
+"""What a sandbox process left open past its event loop makes Python print at exit."""
+
+
+def play_in_a_script(env_id: str, action: dict[str, Any],
+                     **env_kwargs: Any) -> subprocess.CompletedProcess:
+    """Two one-turn episodes of ``env_id`` in a fresh ``python -X dev``, as a user's script
+    plays them: each under its own ``asyncio.run``, the env never closed.
+
+    Its stdout is the last observation's text; its stderr should hold none of
+    :data:`EXIT_WARNINGS`.
+    """
+    return subprocess.run(
+        [sys.executable, "-X", "dev", "-c", _ONE_TURN_SCRIPT, env_id, json.dumps(env_kwargs),
+         json.dumps(action)], capture_output=True, text=True, timeout=300)

@@ -394,7 +394,7 @@ class _Launcher:
         except asyncio.TimeoutError:
             await conn.close()
             raise SandboxTimeout("the sandbox launcher did not start in time") from None
-        except SandboxError:
+        except BaseException:  # a SandboxError, or cancelled (a warm start when its pool closes)
             await conn.close()
             raise
         if msg["op"] == "fatal":
@@ -453,8 +453,10 @@ class _Launcher:
         except OSError:
             pass
         finally:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.drain, _EOF_WAIT_S)
+            # wait, not await: a cancelled drain (all tasks are, at asyncio.run's end)
+            # would raise here and leave the pending futures unanswered
+            await asyncio.wait([self.drain], timeout=_EOF_WAIT_S)
+            self.drain.cancel()
             for fut in [self.ready, *self.pending.values()]:
                 if not fut.done():
                     fut.set_exception(self._crashed())
@@ -474,15 +476,24 @@ class _Launcher:
         await self.proc.wait()
 
     async def close(self) -> None:
-        """Ask the launcher to kill everything and exit; SIGKILL it if it does not."""
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_WR)
+        """Ask the launcher to kill everything and exit; SIGKILL it if it does not.
+
+        When this returns the launcher has exited, the reply and stderr tasks
+        are done and the socket is closed, even when the reader was cancelled
+        already (``asyncio.run`` cancels every task before its loop's shutdown
+        closes the sandboxes still open).
+        """
         try:
-            await asyncio.wait_for(self.proc.wait(), _GRACE_S)
-        except asyncio.TimeoutError:
-            logger.warning("sandbox launcher %d ignored close; killing it", self.proc.pid)
-            await self.kill()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self.reader, _EOF_WAIT_S)
-        self.reader.cancel()
-        self.sock.close()
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
+            try:
+                await asyncio.wait_for(self.proc.wait(), _GRACE_S)
+            except asyncio.TimeoutError:
+                logger.warning("sandbox launcher %d ignored close; killing it", self.proc.pid)
+                await self.kill()
+            await asyncio.wait([self.reader], timeout=_EOF_WAIT_S)  # never raises
+        finally:
+            self.reader.cancel()
+            self.drain.cancel()
+            await asyncio.gather(self.reader, self.drain, return_exceptions=True)
+            self.sock.close()

@@ -13,9 +13,11 @@ time limit (setup, teardown; a command's own limit is ``run(timeout_s=...)``).
 
 Environments built once per episode (the trainer makes a new env for every
 episode) share pools through :func:`shared_pool`: one pool per sandbox spec
-and event loop, closed when the loop shuts down. :class:`EpisodeSandbox` is
-the life cycle an env holds: lease at reset, get on first use, release at the
-next reset or at close.
+and event loop, closed when the loop shuts down, with the sandboxes still
+leased from it (an env nobody closed: ``asyncio.run(run_episode(make(...),
+agent))``), so that no sandbox process outlives its loop. :class:`EpisodeSandbox`
+is the life cycle an env holds: lease at reset, get on first use, release at
+the next reset or at close.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class SandboxPool:
         self.stats = PoolStats()
         self._slots = asyncio.Semaphore(max_concurrency)
         self._warm: list[Sandbox] = []
+        self._leased: dict[int, Sandbox] = {}  # by id(): sandboxes need not be hashable
         self._filling = 0
         self._tasks: set[asyncio.Task] = set()
         self._closed = False
@@ -107,11 +110,13 @@ class SandboxPool:
             self._slots.release()
             raise
         self.stats.in_use += 1
+        self._leased[id(sandbox)] = sandbox
         self._refill()
         return sandbox
 
     async def release(self, sandbox: Sandbox) -> None:
         """Close a leased sandbox (single use) and free its slot. Never raises."""
+        self._leased.pop(id(sandbox), None)
         try:
             await self._close_one(sandbox)
         finally:
@@ -134,14 +139,22 @@ class SandboxPool:
                 if isinstance(r, BaseException):
                     logger.warning("warm sandbox failed to start: %s", r)
 
-    async def aclose(self) -> None:
-        """Stop refilling and close the warm sandboxes. Idempotent."""
+    async def aclose(self, *, leased: bool = False) -> None:
+        """Stop refilling and close the warm sandboxes. Idempotent.
+
+        With ``leased``, close the sandboxes in use too (their leases then
+        hold closed sandboxes; releasing them still frees the slots): what a
+        loop's shutdown does, after which no lease can be used.
+        """
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        warm, self._warm = self._warm, []
-        await asyncio.gather(*(self._close_one(s) for s in warm))
+        closing, self._warm = self._warm, []
+        if leased:
+            closing += self._leased.values()
+            self._leased = {}
+        await asyncio.gather(*(self._close_one(s) for s in closing))
 
     async def __aenter__(self) -> SandboxPool:
         await self.start()
@@ -279,7 +292,7 @@ def split_pool_options(
 
 @dataclass
 class _LoopPools:
-    """The shared pools of one event loop, and the async generator that closes warm ones."""
+    """The shared pools of one event loop, and the async generator that closes them with it."""
 
     pools: dict[Hashable, SandboxPool] = field(default_factory=dict)
     closer: Any = None
@@ -303,8 +316,9 @@ def shared_pool(
     ``make(spec without "pool")`` (default :func:`sao_gym.sandbox.make_sandbox`,
     looked up at each call; pass a module-level function, not a new lambda,
     or no pool is shared). A loop's pools are closed when it shuts down
-    (``asyncio.run``, ``asyncio.Runner``, the sync API's ``env.close()``), or
-    by :func:`aclose_shared_pools`; a closed pool is replaced at the next call.
+    (``asyncio.run``, ``asyncio.Runner``, the sync API's ``env.close()``),
+    with the sandboxes still leased from them, or by
+    :func:`aclose_shared_pools`; a closed pool is replaced at the next call.
     """
     loop = asyncio.get_running_loop()
     if make is None:
@@ -317,7 +331,7 @@ def shared_pool(
     if pool is None or pool.closed:
         sandbox_spec, options = split_pool_options(spec)
         pool = shared.pools[key] = SandboxPool(lambda: make(sandbox_spec), **options)
-    if pool.size > 0 and shared.closer is None:  # warm sandboxes: close them with the loop
+    if shared.closer is None:  # close the pools and their leased sandboxes with the loop
         shared.closer = _close_at_shutdown(shared.pools)
         _start(shared.closer)
     return pool
@@ -339,10 +353,11 @@ def _spec_key(spec: Any) -> str:
     return json.dumps(options, sort_keys=True, default=repr)
 
 
-async def _aclose_all(pools: dict[Hashable, SandboxPool]) -> None:
+async def _aclose_all(pools: dict[Hashable, SandboxPool], *, leased: bool = False) -> None:
     closing = list(pools.values())
     pools.clear()
-    await asyncio.gather(*(pool.aclose() for pool in closing), return_exceptions=True)
+    await asyncio.gather(*(pool.aclose(leased=leased) for pool in closing),
+                         return_exceptions=True)
 
 
 async def _close_at_shutdown(pools: dict[Hashable, SandboxPool]) -> AsyncIterator[None]:
@@ -352,16 +367,19 @@ async def _close_at_shutdown(pools: dict[Hashable, SandboxPool]) -> AsyncIterato
     started is registered with its loop (the loop's ``firstiter`` hook), and
     ``shutdown_asyncgens()`` (run by ``asyncio.run``, ``asyncio.Runner`` and
     the sync API's ``close``) closes every such generator, running this
-    ``finally`` while the loop still runs. Only loops with warm pools get one:
-    the generator refers to its loop (its finalizer), so its registry entry
-    lives until then, while pools without warm sandboxes hold no reference
-    to their loop and their entry goes with it.
+    ``finally`` while the loop still runs. The sandboxes still leased go too:
+    an env nobody closed leaves its episode's sandbox leased, and a sandbox
+    process left to the garbage collector after the loop closed makes its
+    subprocess transport print "Event loop is closed" at exit. The generator
+    refers to its loop (its finalizer), so the loop's registry entry lives
+    until its shutdown; a loop closed without ``shutdown_asyncgens()`` keeps
+    its entry.
     """
     try:
         yield
     finally:
         _SHARED.pop(asyncio.get_running_loop(), None)
-        await _aclose_all(pools)
+        await _aclose_all(pools, leased=True)
 
 
 def _start(agen: Any) -> None:

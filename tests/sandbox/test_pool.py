@@ -221,6 +221,24 @@ def test_shared_pools_belong_to_one_loop_and_close_with_it():
     assert third.closed and FakeSandbox.live == 0
 
 
+def test_a_sandbox_still_leased_closes_with_its_loop():
+    """A script that never closes its env (``asyncio.run(run_episode(make(...), agent))``):
+    the episode's sandbox closes while ``asyncio.run`` shuts the loop down, not later on
+    a closed loop (where a subprocess transport prints "Event loop is closed")."""
+    async def lease_and_forget(spec):
+        box = EpisodeSandbox()
+        await box.lease(spec, make=fake_make)
+        return await box.get()
+
+    for spec in ("local", {"backend": "local", "pool": {"size": 1}}):  # cold and warm pools
+        sandbox = asyncio.run(lease_and_forget(spec))
+        assert sandbox.closed and FakeSandbox.live == 0
+    with asyncio.Runner() as runner:
+        sandbox = runner.run(lease_and_forget("local"))
+        assert not sandbox.closed  # the loop lives on: the lease may be used again
+    assert sandbox.closed and FakeSandbox.live == 0
+
+
 # ----- an env's episode sandbox -------------------------------------------------------------
 async def test_episode_sandbox_leases_in_the_background_and_is_single_use():
     pool = SandboxPool(lambda: FakeSandbox(start_s=0.1))

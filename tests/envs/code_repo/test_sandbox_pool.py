@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import sao_gym
 from sao_gym.agents import ScriptedAgent
 from sao_gym.evaluation import EpisodeSummary, run_episodes
 from sao_gym.rollout import play_episode
 from sao_gym.sandbox import SandboxPool, SandboxUnavailable, aclose_shared_pools, shared_pool
 from sao_gym.types import StopReason
-from tests.helpers import call, calls_msg
+from tests.helpers import EXIT_WARNINGS, call, calls_msg, play_in_a_script
 from tests.sandbox.conftest import backend_class
 
 ENV_ID = "sao_gym/CodeRepo-v0"
@@ -62,3 +64,12 @@ async def test_envs_built_per_episode_lease_from_the_shared_pool_and_release_it(
     pool = shared_pool(spec)
     assert (pool.max_concurrency, pool.stats.started, pool.stats.in_use) == (4, 1, 0)
     await aclose_shared_pools()
+
+
+async def test_a_script_that_never_closes_its_env_exits_cleanly():
+    await backend_class("local")
+    done = await asyncio.to_thread(
+        play_in_a_script, ENV_ID, calls_msg(call("bash", {"command": "echo sandboxed"})),
+        tasks="humaneval", max_context_tokens=None)
+    assert done.returncode == 0 and "sandboxed" in done.stdout, done.stderr[-3000:]
+    assert not [w for w in EXIT_WARNINGS if w in done.stderr], done.stderr[-3000:]

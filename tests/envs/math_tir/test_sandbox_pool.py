@@ -6,7 +6,7 @@ import asyncio
 
 import sao_gym
 from sao_gym.sandbox import aclose_shared_pools, shared_pool
-from tests.helpers import call, calls_msg
+from tests.helpers import EXIT_WARNINGS, call, calls_msg, play_in_a_script
 from tests.sandbox.conftest import backend_class
 
 ENV_ID = "sao_gym/MathTIR-v0"
@@ -39,3 +39,12 @@ async def test_per_episode_envs_share_a_warm_pool_and_each_episode_gets_a_fresh_
     assert pool.stats.in_use == 0
     await aclose_shared_pools()
     assert pool.closed
+
+
+
+async def test_a_script_that_never_closes_its_env_exits_cleanly():
+    """The README's one-liner: no "Event loop is closed" / "Loop ... is closed" at exit."""
+    await backend_class("local")  # skips without bubblewrap (unless SAO_SANDBOX_REQUIRE=local)
+    done = await asyncio.to_thread(play_in_a_script, ENV_ID, _py("print(6 * 7)"))
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr[-3000:]
+    assert not [w for w in EXIT_WARNINGS if w in done.stderr], done.stderr[-3000:]
