@@ -23,6 +23,7 @@ register(
     "sao_gym/CoqProof-v0",
     "sao_gym.envs.coq_proof:CoqProofEnv",
     max_episode_steps=20,
+    hooks={"harbor": "sao_gym.envs.coq_proof.harbor:export_task"},
 )
 register(
     "sao_gym/HeavyTail-v0",
@@ -33,6 +34,7 @@ register(
     "sao_gym/CodeRepo-v0",
     "sao_gym.envs.code_repo:CodeRepoEnv",
     max_episode_steps=50,
+    hooks={"harbor": "sao_gym.envs.code_repo.harbor:export_task"},
 )
 register(
     "sao_gym/OpenEnv-v0",

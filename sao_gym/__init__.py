@@ -5,13 +5,24 @@ registry and stays light (no torch import: training is the ``train`` extra).
 Ids of other modules and packages (``"module:id"``, the ``sao_gym.envs``
 entry points) resolve in :func:`make`; see :mod:`sao_gym.registration`.
 
-Example:
+Example: an environment fills two hooks; register it, make it, play it.
     >>> import sao_gym
-    >>> env = sao_gym.make("sao_gym/Arithmetic-v0")
+    >>> class Echo(sao_gym.AgentEnv):
+    ...     async def on_reset(self, options):
+    ...         return [{"role": "user", "content": "say hi"}], {}
+    ...     async def on_step(self, action):
+    ...         said = action["content"] if isinstance(action, dict) else action
+    ...         return [], float(said == "hi"), True, False, {}
+    >>> sao_gym.register("my_ns/Echo-v0", Echo, max_episode_steps=4)
+    >>> env = sao_gym.make("my_ns/Echo-v0")
     >>> obs, info = env.reset(seed=0)
-    >>> obs[-1]["role"]
-    'user'
+    >>> obs[-1]["content"]
+    'say hi'
+    >>> obs, reward, terminated, truncated, info = env.step("hi")
+    >>> reward, terminated
+    (1.0, True)
     >>> env.close()
+    >>> sao_gym.registration.unregister("my_ns/Echo-v0")
 
 """
 

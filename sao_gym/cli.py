@@ -19,9 +19,10 @@ Subcommands:
     sandbox build-image [--tag T] [--extra-packages P,Q] [--rebuild]
                               build the DockerSandbox image offline (root)
     tasks make-code-repo --package NAME [--out FILE] [--max-tasks N] [--seed S]
-                              bug-injection tasks for CodeRepo-v0 from a package's tests
+                              bug-injection tasks for the code-repository env from a
+                              package's tests
     export harbor ENV_ID (--tasks ID,ID | --seeds S,S | --count N) OUT
-                              write Harbor task directories (CodeRepo-v0, CoqProof-v0)
+                              write Harbor task directories (envs with a Harbor exporter)
 """
 
 from __future__ import annotations
@@ -405,27 +406,6 @@ def _cmd_sandbox_build_image(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_tasks_make_code_repo(args: argparse.Namespace) -> int:
-    from sao_gym.envs.code_repo.mutate import make_bug_tasks_sync, resolve_package
-    from sao_gym.envs.code_repo.tasks import write_jsonl
-    from sao_gym.sandbox.base import SandboxError
-
-    try:
-        package = resolve_package(args.package)
-        records, stats = make_bug_tasks_sync(
-            package, max_tasks=args.max_tasks, seed=args.seed, sandbox=args.sandbox,
-            max_tries=args.max_tries, progress=lambda msg: print(msg, file=sys.stderr))
-    except (ValueError, SandboxError, OSError) as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        return 1
-    out = Path(args.out or f"{package.name}.jsonl.gz")
-    write_jsonl(out, records)
-    print(json.dumps({"out": str(out), "package": package.name, "version": package.version,
-                      "tasks": stats.kept, "tried": stats.tried, "candidates": stats.candidates,
-                      "baseline_tests": stats.baseline_tests, "rejected": stats.rejected}))
-    return 0 if stats.kept else 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``sao-gym``."""
     parser = argparse.ArgumentParser(prog="sao-gym", description=__doc__,
@@ -519,17 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(fn=_cmd_sandbox_build_image)
     tasks = sub.add_parser("tasks", help="make task files for environments")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
-    mcr = tasks_sub.add_parser(
-        "make-code-repo", help="bug-injection tasks for sao_gym/CodeRepo-v0: mutate a "
-        "package's functions, keep mutants that its own tests catch")
-    mcr.add_argument("--package", required=True, help="a shipped package name, a package "
-                     "directory, an sdist .tar.gz, or a PyPI name (pip download)")
-    mcr.add_argument("--out", help="output .jsonl or .jsonl.gz (default NAME.jsonl.gz)")
-    mcr.add_argument("--max-tasks", type=int, default=20)
-    mcr.add_argument("--max-tries", type=int, default=None, help="mutants to test at most")
-    mcr.add_argument("--seed", type=int, default=0)
-    mcr.add_argument("--sandbox", default="local", help="sandbox backend (local or docker)")
-    mcr.set_defaults(fn=_cmd_tasks_make_code_repo)
+    from sao_gym.envs.code_repo.cli import add_parser as add_code_repo_tasks
+
+    add_code_repo_tasks(tasks_sub)
     from sao_gym.adapters.harbor import add_export_parser
 
     export = sub.add_parser("export", help="export an environment's tasks to other formats")

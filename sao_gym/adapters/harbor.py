@@ -1,12 +1,13 @@
 """Harbor task directories, both ways: export sao-gym tasks, run any Harbor task.
 
 - :func:`export_tasks` (:mod:`.harbor_export`) writes one Harbor task
-  directory (``task.toml`` schema 1.4) per task of ``sao_gym/CodeRepo-v0`` or
-  ``sao_gym/CoqProof-v0``. Command line: ``sao-gym export harbor ENV_ID
-  (--tasks ID,ID | --seeds S,S | --count N) OUT_DIR``.
-- :class:`HarborTaskEnv` (``sao_gym/HarborTask-v0``, :mod:`.harbor_env`) runs
-  any Harbor task directory in a ``DockerSandbox``: ``bash`` and ``submit``
-  tools, graded by the task's ``tests/test.sh``.
+  directory (``task.toml`` schema 1.4) per task of an env that registers a
+  ``harbor`` hook (:func:`exportable_env_ids`; the hook writes the directory).
+  Command line: ``sao-gym export harbor ENV_ID (--tasks ID,ID | --seeds S,S |
+  --count N) OUT_DIR``.
+- :class:`HarborTaskEnv` (:mod:`.harbor_env`, registered by ``sao_gym.envs``)
+  runs any Harbor task directory in a ``DockerSandbox``: a shell tool and a
+  submit tool, graded by the task's ``tests/test.sh``.
 
 Neither needs the ``harbor`` package (which needs Python >= 3.12); task
 directories are read with ``tomllib`` (:mod:`.harbor_task`). See
@@ -14,7 +15,7 @@ docs/interop.md (Harbor) for what changes in each direction.
 
 Example:
     >>> from sao_gym.adapters.harbor import export_tasks
-    >>> dirs = export_tasks("sao_gym/CoqProof-v0", ["and_comm"], "/tmp/harbor-doc",
+    >>> dirs = export_tasks("my_pkg.envs:my/Env-v0", ["task-0"], "/tmp/harbor-doc",
     ...                     overwrite=True)  # doctest: +SKIP
     >>> env = HarborTaskEnv(task_dir=dirs[0])  # doctest: +SKIP
 
@@ -29,11 +30,11 @@ import sys
 import yaml
 
 from sao_gym.adapters.harbor_env import HarborTaskEnv
-from sao_gym.adapters.harbor_export import SUPPORTED_ENVS, export_tasks, select_tasks
+from sao_gym.adapters.harbor_export import export_tasks, exportable_env_ids, select_tasks
 from sao_gym.adapters.harbor_task import HarborTask, HarborTaskError, find_tasks, load_task
 
-__all__ = ["SUPPORTED_ENVS", "HarborTask", "HarborTaskEnv", "HarborTaskError",
-           "add_export_parser", "export_tasks", "find_tasks", "load_task", "select_tasks"]
+__all__ = ["HarborTask", "HarborTaskEnv", "HarborTaskError", "add_export_parser",
+           "export_tasks", "exportable_env_ids", "find_tasks", "load_task", "select_tasks"]
 
 
 def _split(text: str) -> list[str]:
@@ -63,12 +64,13 @@ def add_export_parser(export_sub: argparse._SubParsersAction) -> None:
     """Add ``harbor`` to the subcommands of ``sao-gym export``."""
     p = export_sub.add_parser(
         "harbor", help="write Harbor task directories (task.toml 1.4) for an env's tasks",
-        description=f"Write one Harbor task directory per task. Supported: "
-                    f"{', '.join(SUPPORTED_ENVS)}.")
-    p.add_argument("env_id", help="sao_gym/CodeRepo-v0 or sao_gym/CoqProof-v0")
+        description="Write one Harbor task directory per task of an env that has a Harbor "
+                    "exporter (a 'harbor' hook in its registration); another env id is "
+                    "answered with the list of those that have one.")
+    p.add_argument("env_id", help="an env with a Harbor exporter")
     p.add_argument("out_dir", metavar="OUT", help="output directory")
     which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--tasks", help="comma-separated task ids, e.g. humaneval/0,humaneval/1")
+    which.add_argument("--tasks", help="comma-separated task ids")
     which.add_argument("--seeds", help="comma-separated reset seeds (the tasks they pick)")
     which.add_argument("--count", type=int, help="the first N tasks, in the env's order")
     p.add_argument("--env-kwargs", metavar="YAML",

@@ -5,7 +5,7 @@ How a task's container is made (offline: nothing is pulled):
 1. **The task image**: ``environment/Dockerfile`` is built by the local Docker
    engine with ``network_mode="none"`` (``RUN`` steps get no network) and no
    pull; every ``FROM`` image must already be in the engine (for exported
-   tasks: ``sao-gym-sandbox:latest`` or ``sao-gym-sandbox-coq:latest``, built by
+   tasks: sao-gym's sandbox images, such as ``sao-gym-sandbox:latest``, built by
    ``sao-gym sandbox build-image``). ``[environment].docker_image`` names a
    prebuilt local image instead. The tag is ``sao-gym-harbor/NAME:HASH``, the
    hash covering the build context and the ``FROM`` images' ids, so an

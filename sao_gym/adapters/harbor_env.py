@@ -1,4 +1,4 @@
-"""``sao_gym/HarborTask-v0``: run any Harbor task directory as a tool-calling environment.
+"""Run any Harbor task directory as a tool-calling environment (registered by ``sao_gym.envs``).
 
 At reset the task's container starts as a :class:`~sao_gym.sandbox.docker.DockerSandbox`
 (built offline from ``environment/Dockerfile``; see :mod:`sao_gym.adapters.harbor_docker`),
@@ -113,7 +113,7 @@ class HarborTaskEnv(ToolEnv):
         self._images: dict[Path, tuple[hd.RunnerImage, hd.RunnerImage]] = {}
         self._box = EpisodeSandbox(owner=self)
         self._turns = 0
-        self._shell = "bash"
+        self._shell = "sh"  # bash where the task's image has it, by its path (reset finds it)
         self._verifier_env: dict[str, str] = {}
 
     # ----- episode life cycle -----
@@ -130,8 +130,9 @@ class HarborTaskEnv(ToolEnv):
         await self._setup(sb, agent_image.workdir)
         if self.oracle and task.solution_dir.is_dir():
             await hd.unpack(sb, hd.tar_of(task.solution_dir), f"{hd.STATE}/solution", clear=True)
-        probe = await sb.run("command -v bash >/dev/null", timeout_s=30)
-        self._shell = "bash" if probe.ok else "sh"
+        probe = await sb.run("command -v bash", timeout_s=30)
+        found = probe.stdout.strip()
+        self._shell = found if probe.ok and found.startswith("/") else "sh"
         obs: list[Message] = [
             {"role": "system", "content": SYSTEM_PROMPT.format(workdir=agent_image.workdir)},
             {"role": "user", "content": task.instruction},

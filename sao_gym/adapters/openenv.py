@@ -15,7 +15,7 @@ serve-env ENV_ID --port P``) runs it with uvicorn. Actions
   that one call; a bad call (unknown tool, wrong arguments) is the env's
   error text, not a server error;
 - ``{"type": "message", "content": ...}``: one env step of a text message
-  (what a text env such as ``sao_gym/HeavyTail-v0`` reads).
+  (what a text env, one without tools, reads).
 
 Observations say ``done`` (terminated or truncated) and this step's
 ``reward``; OpenEnv's wire format drops ``metadata``, so what a client needs
@@ -25,7 +25,7 @@ is in fields too (``messages``, ``terminated``, ``truncated``,
 ends its episode as an infrastructure failure (``stop_reason`` ``env_error``).
 
 Using a server: :class:`~sao_gym.adapters.openenv_client.OpenEnvAgentEnv`
-(registered as ``sao_gym/OpenEnv-v0``). docs/interop.md has the recipe and
+(registered by ``sao_gym.envs``). docs/interop.md has the recipe and
 what each direction loses.
 """
 

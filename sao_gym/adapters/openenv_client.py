@@ -1,4 +1,4 @@
-"""``sao_gym/OpenEnv-v0``: any OpenEnv server as a sao_gym :class:`~sao_gym.core.AgentEnv`.
+"""Any OpenEnv server as a sao_gym :class:`~sao_gym.core.AgentEnv` (registered by sao_gym.envs).
 
 :class:`OpenEnvAgentEnv` talks to a server over OpenEnv's WebSocket protocol
 with OpenEnv's own async client (``GenericEnvClient``); one env instance is

@@ -77,7 +77,7 @@ class EnvSession:
     """An environment held on a background loop, one call at a time (see module docs).
 
     Args:
-        env_id: a registered id (``"sao_gym/Arithmetic-v0"``, ``"module:id"``),
+        env_id: a registered id (``"my_ns/MyEnv-v0"``, ``"module:id"``),
             made with :func:`sao_gym.make` and ``env_kwargs``.
         make_env: instead of ``env_id``, a zero-argument factory of the env.
         loop: the loop that owns the env (default: :func:`shared_loop`).

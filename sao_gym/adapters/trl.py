@@ -28,7 +28,7 @@ Example::
     from trl import GRPOConfig, GRPOTrainer
     from sao_gym.adapters.trl import environment
 
-    env = environment("sao_gym/Arithmetic-v0", seeds=range(256))
+    env = environment("my_pkg.envs:my/Env-v0", seeds=range(256))
     trainer = GRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=env.train_dataset,
                           environment_factory=env.environment_factory,
                           reward_funcs=env.reward_funcs)
@@ -45,6 +45,7 @@ from typing import Any
 
 from sao_gym.adapters.callables import function_schema, tool_function
 from sao_gym.adapters.session import EnvSession
+from sao_gym.registration import require_optional
 from sao_gym.types import Message
 
 logger = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def _last_assistant(completion: Any) -> Message | None:
 
 
 def class_name(env_id: str) -> str:
-    """``sao_gym/Arithmetic-v0`` -> ``ArithmeticV0``: TRL logs rewards under class names."""
+    """``my_ns/My-Env-v0`` -> ``MyEnvV0``: TRL logs rewards under class names."""
     base = env_id.rsplit(":", 1)[-1].rsplit("/", 1)[-1]
     return "".join(w[:1].upper() + w[1:] for w in re.split(r"[^0-9A-Za-z]+", base) if w) \
         or "SaoGymEnv"
@@ -188,6 +189,7 @@ def environment(env_id: str, seeds: Iterable[int], *, max_episode_steps: int | N
     Each seed's prompt is the env's reset messages for that seed, computed once
     here on one env instance.
     """
+    require_optional("trl", needed_by="sao_gym.adapters.trl (the TRL adapter)")
     import datasets  # TRL's own dependency
 
     seeds = [int(s) for s in seeds]

@@ -32,7 +32,7 @@ data, ``@vf.reward``/``@vf.stop`` hooks) and MCP *toolsets* that a *harness*
 The taskset package verifiers imports is the top-level ``sao_gym_verifiers``
 (verifiers resolves a taskset id to a top-level module), so::
 
-    vf-eval sao-gym-verifiers --env.taskset.env sao_gym/Arithmetic-v0 -n 8
+    vf-eval sao-gym-verifiers --env.taskset.env ENV_ID -n 8
         -m MODEL --client.base-url http://127.0.0.1:8000/v1 --no-push
 
 See docs/interop.md for what does not carry over.
@@ -70,7 +70,7 @@ class SaoGymData(vf.TaskData):
     """One task: an env id and a seed (plus what the first reset showed)."""
 
     env_id: str
-    """The registered env id (``sao_gym/Arithmetic-v0``, ``module:id``)."""
+    """The registered env id (``my_ns/MyEnv-v0``, ``module:id``)."""
     seed: int
     """The reset seed of this task."""
     env_kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -118,7 +118,7 @@ class SaoGymConfig(vf.TasksetConfig):
     """Which env and seeds (``--env.taskset.*``)."""
 
     env: str = ""
-    """Registered env id, e.g. ``sao_gym/Arithmetic-v0`` (required)."""
+    """Registered env id, e.g. ``my_ns/MyEnv-v0`` or ``module:id`` (required)."""
     seeds: list[int] | None = None
     """Explicit seeds, one task each; unset: ``first_seed`` .. ``first_seed + num_tasks - 1``."""
     first_seed: int = 0
@@ -267,8 +267,8 @@ class SaoGymTaskset(vf.Taskset[SaoGymTask, SaoGymConfig]):
         """Reset the env once per seed and yield its task (lazily: ``-n`` resets only ``n``)."""
         config = self.config
         if not config.env:
-            raise ValueError("set the env: --env.taskset.env <registered id>, "
-                             "e.g. sao_gym/Arithmetic-v0")
+            raise ValueError("set the env: --env.taskset.env <registered id> (`sao-gym envs` "
+                             "lists them)")
         seeds = config.seeds if config.seeds is not None else \
             range(config.first_seed, config.first_seed + config.num_tasks)
         session = EnvSession(config.env, max_episode_steps=config.max_episode_steps,

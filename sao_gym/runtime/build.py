@@ -85,7 +85,7 @@ def check_setup(config: TrainConfig) -> None:
                 raise SetupError(f"warm_start.demonstrations: {e}") from None
         elif ws is not None and ws.steps:
             oracle = oracle_for(env_id, **ws.oracle)
-            try:  # it must play this env's tasks (MathTIR's: arithmetic only); a sample of them
+            try:  # it must play this env's tasks (it may know only some kinds); a sample of them
                 for i in range(WARM_START_CHECKS if oracle is not None else 0):
                     obs, _ = env.reset(seed=config.seed + i)
                     oracle(obs, env.unwrapped.task)

@@ -15,23 +15,28 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import sao_gym
-from sao_gym.adapters import _harbor_grade_code, _harbor_grade_coq
+from sao_gym.adapters import harbor_export
 from sao_gym.adapters.harbor import (
     HarborTaskEnv,
     HarborTaskError,
     export_tasks,
+    exportable_env_ids,
     load_task,
     select_tasks,
 )
 from sao_gym.adapters.harbor_env import _parse_reward, _sections
 from sao_gym.adapters.harbor_task import _tomllib, dump_toml
 from sao_gym.cli import main as cli_main
+from sao_gym.envs.code_repo import harbor_grade as grade_code
 from sao_gym.envs.code_repo.tasks import apply_patch, shipped_bug_tasks
+from sao_gym.envs.coq_proof import harbor_grade as grade_coq
 from tests.adapters.scratch_venv import ScratchVenvError, find_python, scratch_venv
+from tests.helpers import EchoEnv
 
 try:
     tomllib = _tomllib()  # tomli on Python 3.10
@@ -117,6 +122,36 @@ def test_export_errors_are_clear(tmp_path, exported):
     assert list(tmp_path.iterdir()) == []
 
 
+class _ListedTasks(EchoEnv):
+    tasks = [SimpleNamespace(id="a/1"), SimpleNamespace(id="b 2")]
+
+
+def _write_stub(env, task, out: Path, name: str) -> None:
+    harbor_export.write_text(out / "task.toml", harbor_export.task_toml(
+        env.spec.id, task.id, name, "stub", [], {}, agent_s=1, verifier_s=1, memory_mb=1))
+
+
+def test_any_env_with_a_harbor_hook_exports(tmp_path):
+    """The exporter is the env's registered hook: no list of envs in the adapter."""
+    sao_gym.register("tests/Listed-v0", _ListedTasks, hooks={"harbor": _write_stub})
+    sao_gym.register("tests/Unlisted-v0", _ListedTasks)
+    try:
+        assert "tests/Listed-v0" in exportable_env_ids()
+        assert "tests/Unlisted-v0" not in exportable_env_ids()
+        dirs = export_tasks("tests/Listed-v0", None, tmp_path, count=2)
+        assert [d.name for d in dirs] == ["listed-a-1", "listed-b-2"]
+        meta = tomllib.loads((dirs[1] / "task.toml").read_text())["metadata"]["sao_gym"]
+        assert (meta["env_id"], meta["task_id"]) == ("tests/Listed-v0", "b 2")
+        with pytest.raises(ValueError, match=r"supports .*tests/Listed-v0.*, not "
+                                             r"'tests/Unlisted-v0' \(an env exports"):
+            export_tasks("tests/Unlisted-v0", None, tmp_path, count=1)
+        with pytest.raises(ValueError, match="not 'tests/Nowhere-v0'"):
+            export_tasks("tests/Nowhere-v0", None, tmp_path, count=1)
+    finally:
+        sao_gym.registration.unregister("tests/Listed-v0")
+        sao_gym.registration.unregister("tests/Unlisted-v0")
+
+
 def test_seeds_export_the_task_that_reset_picks(tmp_path):
     env = sao_gym.make("sao_gym/CoqProof-v0").unwrapped
     picked = [env.reset(seed=s)[1]["task_id"] for s in (3, 4, 5)]
@@ -186,7 +221,7 @@ def test_reward_files_are_parsed_strictly():
 
 def test_graders_score_on_the_host(tmp_path, monkeypatch, exported):
     """The in-container graders, run here: the buggy repository 0, the patched one 1."""
-    monkeypatch.setattr(_harbor_grade_code, "VERIFIER_DIR", tmp_path / "verifier")
+    monkeypatch.setattr(grade_code, "VERIFIER_DIR", tmp_path / "verifier")
     task_dir = exported["code"][2]  # a cachetools bug
     env = sao_gym.make("sao_gym/CodeRepo-v0").unwrapped
     task = env._by_id[load_task(task_dir).config["metadata"]["sao_gym"]["task_id"]]
@@ -196,14 +231,14 @@ def test_graders_score_on_the_host(tmp_path, monkeypatch, exported):
         for path, text in files.items():
             (repo / path).parent.mkdir(parents=True, exist_ok=True)
             (repo / path).write_text(text)
-        assert _harbor_grade_code.main(["grade.py", str(task_dir / "tests/grading.json"),
-                                        str(repo)]) == 0
+        assert grade_code.main(["grade.py", str(task_dir / "tests/grading.json"),
+                                str(repo)]) == 0
         assert (tmp_path / "verifier/reward.txt").read_text().strip() == want
     graded = json.loads((tmp_path / "verifier/grading.json").read_text())
     assert graded["resolved"] == 1.0 and graded["failing_tests"] == []
     if shutil.which("coqc") is None:
         pytest.skip("coqc is not installed here (apt-get install coq)")
-    monkeypatch.setattr(_harbor_grade_coq, "VERIFIER_DIR", tmp_path / "coq")
+    monkeypatch.setattr(grade_coq, "VERIFIER_DIR", tmp_path / "coq")
     spec = exported["coq"][1] / "tests/task.json"
     for script, want in (("exact I.", "0"), ("admit.", "0"),
                          (None, "0"), ("Qed. Axiom x : False.", "0")):
@@ -211,11 +246,11 @@ def test_graders_score_on_the_host(tmp_path, monkeypatch, exported):
         proof.unlink(missing_ok=True)
         if script is not None:
             proof.write_text(script)
-        _harbor_grade_coq.main(["check_proof.py", str(spec), str(proof)])
+        grade_coq.main(["check_proof.py", str(spec), str(proof)])
         assert (tmp_path / "coq/reward.txt").read_text().strip() == want, script
     solve = (exported["coq"][1] / "solution/solve.sh").read_text()
     proof.write_text(solve.split("<<'SAO_GYM_PROOF'\n", 1)[1].rsplit("SAO_GYM_PROOF", 1)[0])
-    _harbor_grade_coq.main(["check_proof.py", str(spec), str(proof)])
+    grade_coq.main(["check_proof.py", str(spec), str(proof)])
     assert (tmp_path / "coq/reward.txt").read_text().strip() == "1"
     assert json.loads((tmp_path / "coq/verdict.json").read_text())["status"] == "proved"
 

@@ -16,6 +16,8 @@ import pytest
 
 import sao_gym
 from sao_gym.adapters.harbor import HarborTaskEnv
+from sao_gym.envs.code_repo.harbor import IMAGE as CODE_IMAGE
+from sao_gym.envs.coq_proof.harbor import IMAGE as COQ_IMAGE
 from tests.adapters.test_harbor import call, export_all
 
 pytestmark = pytest.mark.slow
@@ -30,7 +32,6 @@ def exported(tmp_path_factory) -> dict[str, list[Path]]:
 @pytest.fixture(scope="module")
 def docker_images() -> set[str]:
     """The sandbox images present (skips, or fails under SAO_SANDBOX_REQUIRE, without Docker)."""
-    from sao_gym.adapters.harbor_export import CODE_IMAGE, COQ_IMAGE
     from sao_gym.sandbox.docker import DockerSandbox
     from tests.sandbox.conftest import _unavailable, backend_class
 
@@ -56,8 +57,6 @@ def no_leftovers(docker_images):
 
 def need_coq(docker_images: set[str]) -> None:
     """Skip without the Coq image (`make test` builds only the default one)."""
-    from sao_gym.adapters.harbor_export import COQ_IMAGE
-
     if COQ_IMAGE not in docker_images:
         pytest.skip(f"no Docker image {COQ_IMAGE} (see docs/envs/coq_proof.md)")
 
