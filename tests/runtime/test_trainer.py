@@ -41,7 +41,8 @@ def flaky_env():
     sao_gym.registration.unregister("tests/FlakyArithmetic-v0")
 
 
-FAST = ["rollout.max_new_tokens=12", "rollout.max_context_tokens=1024",
+FAST = ["env=sao_gym/Arithmetic-v0", "rollout.max_new_tokens=12",
+        "rollout.max_context_tokens=1024",
         "learner.critic_warmup_steps=0", "learner.lr=1e-4", "checkpoint.every=0",
         "rollout.concurrency=16"]
 
