@@ -474,10 +474,7 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - fields)
     if unknown:
-        if not where and len(unknown) == 1 and _suggest(unknown[0]):
-            raise ConfigError(f"unknown key '{unknown[0]}'{_suggest(unknown[0])}")
-        raise ConfigError(f"unknown key(s) {[where + k for k in unknown]}; valid keys: "
-                          f"{[where + k for k in sorted(fields)]}")
+        raise ConfigError(_unknown_keys_message(unknown, fields, where))
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
@@ -490,6 +487,8 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
                 raise ConfigError(f"{where}{key} must be a mapping of {section.__name__} fields"
                                   + (" or null" if nullable else ""))
             value = _build(section, value, f"{where}{key}.")
+        elif isinstance(value, str) and _wants_float(value, hint):
+            value = float(value)  # YAML 1.1 reads 2e-4 (no dot) as a string; --set does not
         elif not _type_ok(value, hint):
             raise ConfigError(f"bad value for {where}{key}: expected {_hint_name(hint)}, "
                               f"got {value!r}")
@@ -502,6 +501,23 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
         raise
     except (ValueError, TypeError) as e:
         raise ConfigError(f"invalid {where.rstrip('.') or 'train'} config: {e}") from None
+
+
+def _unknown_keys_message(unknown: list[str], fields: set[str], where: str) -> str:
+    """Every unknown top-level key that lives in a section now gets its own hint."""
+    hints = {k: _suggest(k) for k in unknown} if not where else {}
+    if unknown and all(hints.get(k) for k in unknown):
+        listed = ", ".join(f"'{k}'{hints[k]}" for k in unknown)
+        return f"unknown key{'s' if len(unknown) > 1 else ''} {listed}"
+    message = (f"unknown key(s) {[where + k for k in unknown]}; valid keys: "
+               f"{[where + k for k in sorted(fields)]}")
+    hinted = [f"'{k}'{hints[k]}" for k in unknown if hints.get(k)]
+    return message + (f"; {', '.join(hinted)}" if hinted else "")
+
+
+def _wants_float(text: str, hint: Any) -> bool:
+    """``text`` is a finite number written as a string where ``hint`` takes a float, not a str."""
+    return _type_ok(0.5, hint) and not _type_ok(text, hint) and _looks_numeric(text)
 
 
 def _accepts_float(hint: Any) -> bool:
@@ -533,11 +549,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
 
 
 def _looks_numeric(text: str) -> bool:
+    """A finite float written as text (``2e-4``); nan, +-inf and overflows (``1e999``) are not."""
     try:
-        float(text)
+        value = float(text)
     except ValueError:
         return False
-    return text.strip().lower() not in ("nan", "inf", "-inf", "infinity")
+    return abs(value) < float("inf")
 
 
 def recipe_path(name: str) -> Path:

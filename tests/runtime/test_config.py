@@ -188,3 +188,40 @@ def test_ray_shares_servers_between_workers():
     with pytest.raises(ConfigError, match="multiple of ray.rollout_workers"):
         worker_config(load_config(None, ["runtime=ray", "inference.backend=vllm_server",
                                          "inference.launch=3"]), 0)
+
+
+def test_yaml_files_take_scientific_notation_for_floats(tmp_path):
+    # YAML 1.1 reads 2e-4 (no dot) as a string; --set reads it as a float: both must agree
+    path = tmp_path / "c.yaml"
+    path.write_text("learner:\n  lr: 2e-4\n  critic_lr: 1E+3\nwarm_start:\n"
+                    "  target_success: 5e-1\n")
+    cfg = load_config(path)
+    assert cfg.learner.lr == 2e-4 and isinstance(cfg.learner.lr, float)
+    assert cfg.learner.critic_lr == 1e3 and cfg.warm_start.target_success == 0.5
+    assert load_config(None, ["learner.lr=2e-4"]).learner.lr == cfg.learner.lr
+    for text, message in [("learner:\n  lr: fast\n", "bad value for learner.lr"),
+                          ("learner:\n  lr: nan\n", "bad value for learner.lr"),
+                          ("learner:\n  lr: '-inf'\n", "bad value for learner.lr"),
+                          ("learner:\n  lr: 1e999\n", "bad value for learner.lr"),
+                          ("rollout:\n  batch_size: 1e3\n", "bad value for rollout.batch_size"),
+                          ("model: 1e3\n", None)]:
+        path.write_text(text)
+        if message is None:  # a string field keeps the string
+            assert load_config(path).model == "1e3"
+            continue
+        with pytest.raises(ConfigError, match=message):
+            load_config(path)
+    for over in ["learner.lr=nan", "learner.lr=+inf", "learner.lr=-Infinity"]:
+        with pytest.raises(ConfigError, match="bad value for learner.lr"):
+            load_config(None, [over])
+
+
+def test_every_moved_key_gets_its_hint():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["batch_size=2", "checkpoint_every=3"])
+    assert "'batch_size' (did you mean 'rollout.batch_size'?)" in str(e.value)
+    assert "'checkpoint_every' (did you mean 'checkpoint.every'?)" in str(e.value)
+    with pytest.raises(ConfigError) as e:  # a key with no hint is still listed, with the keys
+        load_config(None, ["batch_size=2", "total_stepz=3"])
+    assert "did you mean 'rollout.batch_size'?" in str(e.value)
+    assert "total_stepz" in str(e.value) and "valid keys:" in str(e.value)
