@@ -2,9 +2,10 @@
 # The light install, checked for real: in a venv without extras, `pip install .`
 # installs no torch, transformers, tokenizers or matplotlib, and
 # `sao_gym.make("sao_gym/Arithmetic-v0")` plus `sao-gym check
-# sao_gym/Arithmetic-v0` work (and an env whose extra is missing says which
-# extra to install). Prints one line: `light install: PASS ...` or
-# `light install: FAIL: ...` (then the tail of its log); exit 0 or 1.
+# sao_gym/Arithmetic-v0` work (and an env whose extra is missing, `sao-gym
+# train` and `sao-gym plot` say which extra to install). Prints one line:
+# `light install: PASS ...` or `light install: FAIL: ...` (then the tail of its
+# log); exit 0 or 1.
 #
 #   .ci/light_install.sh [PYTHON]        (default: python3)
 #
@@ -98,15 +99,18 @@ print("python checks ok")
 EOF
 "$VENV/bin/sao-gym" check sao_gym/Arithmetic-v0 --episodes 2 >>"$LOG" 2>&1 \
   || fail "sao-gym check sao_gym/Arithmetic-v0"
-# training needs the `train` extra: one line naming it, exit code 2, no traceback
-set +e
-train_err=$("$VENV/bin/sao-gym" train --set total_steps=1 2>&1 >/dev/null)
-train_rc=$?
-set -e
-echo "sao-gym train without the train extra: rc $train_rc: $train_err" >>"$LOG"
-[ "$train_rc" = 2 ] && [ "$(printf '%s\n' "$train_err" | wc -l)" = 1 ] \
-  && printf '%s' "$train_err" | grep -q "pip install 'sao-gym\[train\]'" \
-  || fail "sao-gym train without the train extra must fail in one line naming the extra"
+# a command without its extra: one line naming it, exit code 2, no traceback
+needs_extra() {  # EXTRA SAO-GYM-ARGS...
+  local extra=$1 err rc
+  shift
+  err=$("$VENV/bin/sao-gym" "$@" 2>&1 >/dev/null) && rc=0 || rc=$?
+  echo "sao-gym $* without the $extra extra: rc $rc: $err" >>"$LOG"
+  [ "$rc" = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] \
+    && printf '%s' "$err" | grep -q "pip install 'sao-gym\[$extra\]'" \
+    || fail "sao-gym $1 without the $extra extra must fail in one line naming the extra"
+}
+needs_extra train train --set total_steps=1
+needs_extra train plot "$WORK/run"  # matplotlib is in the train extra
 
 echo "light install: PASS (no extras: no ${HEAVY// //}; make + sao-gym check" \
      "sao_gym/Arithmetic-v0 ok; $how, $(( $(date +%s) - START )) s)"

@@ -516,7 +516,34 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # "Loading weights" bars of every model load drown the job's progress
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    return args.fn(args)
+    try:
+        return args.fn(args)
+    except ModuleNotFoundError as e:
+        missing = _missing_extra(e, args)
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
+
+
+def _missing_extra(error: ModuleNotFoundError, args: argparse.Namespace) -> str | None:
+    """One line naming the extra to install, when ``error`` is an optional module's absence.
+
+    Every subcommand gets the hint ``train`` and ``eval`` give up front; a module
+    that is installed but fails to import its own dependencies is left as it is.
+    """
+    import importlib.util
+
+    from sao_gym.registration import OPTIONAL_MODULES, MissingExtra
+
+    if isinstance(error, MissingExtra):
+        return str(error)
+    top = (error.name or "").partition(".")[0]
+    if top not in OPTIONAL_MODULES or importlib.util.find_spec(top) is not None:
+        return None
+    command = " ".join(str(v) for k, v in vars(args).items()
+                       if k == "command" or k.endswith("_command"))
+    return str(MissingExtra(top, OPTIONAL_MODULES[top], f"sao-gym {command}"))
 
 
 if __name__ == "__main__":

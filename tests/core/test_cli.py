@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import sao_gym
 from sao_gym.cli import main
 from tests.core.test_env_checker import FragileEnv
@@ -58,3 +60,33 @@ def test_an_interrupted_result_prints_its_step_and_no_gain(capsys):
                    "eval_before": summary, "eval_after": summary})
     out = capsys.readouterr().out
     assert "interrupted" not in out and "after RL" in out and "gain:" in out
+
+
+def hide_modules(monkeypatch, *tops):
+    """Make ``import top`` (and its submodules) raise ModuleNotFoundError, as without the extra."""
+    for name in list(sys.modules):
+        if name in tops or name.startswith(tuple(t + "." for t in tops)):
+            monkeypatch.setitem(sys.modules, name, None)
+    for top in tops:
+        monkeypatch.setitem(sys.modules, top, None)
+
+
+def test_a_missing_extra_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.delitem(sys.modules, "sao_gym.plotting", raising=False)
+    hide_modules(monkeypatch, "matplotlib")
+    assert main(["plot", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: sao-gym plot needs the module 'matplotlib'")
+    assert "pip install 'sao-gym[train]'" in err
+
+
+def test_a_missing_module_of_no_extra_is_not_hidden(monkeypatch):
+    import sao_gym.cli
+
+    def broken(args):
+        raise ModuleNotFoundError("No module named 'no_such_module'", name="no_such_module")
+
+    monkeypatch.setattr(sao_gym.cli, "_cmd_plot", broken)
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        main(["plot", "somewhere"])
