@@ -8,7 +8,9 @@ Two formats, tried in order:
 2. Plain-text fallback, when no block is present: a bare JSON object
    ``{"name": ..., "arguments": {...}}`` naming a known tool, or a line
    ``name(argument)`` naming a known tool, whose single argument goes to the
-   tool's first required parameter (``submit(42)``, ``calculator(3*(4+5))``).
+   tool's first required parameter (``submit(42)``, ``calculator(3*(4+5))``),
+   as the JSON type the parameter declares when it parses as one (``42`` for
+   an integer parameter, ``"42"`` for a string one).
 
 A block whose JSON is broken still becomes a tool call (with the raw text as
 ``arguments``) so the environment can tell the agent what went wrong.
@@ -31,6 +33,29 @@ def _first_param(schema: Mapping[str, Any]) -> str | None:
     params = schema.get("function", schema).get("parameters", {})
     required = params.get("required") or list(params.get("properties", {}))
     return required[0] if required else None
+
+
+def _typed(arg: str, schema: Mapping[str, Any], param: str) -> Any:
+    """``arg`` (the text of a plain-text call) as the JSON type its parameter declares.
+
+    ``guess(42)`` for an integer parameter passes 42, not "42"; text that is not
+    of the declared type stays a string, so the env's schema check answers it.
+    """
+    params = schema.get("function", schema).get("parameters", {})
+    kind = params.get("properties", {}).get(param, {}).get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "string" in kinds or kind is None:
+        return arg
+    try:
+        value = json.loads(arg)
+    except (ValueError, RecursionError):
+        return arg
+    wanted = {"integer": int, "number": (int, float), "boolean": bool, "object": dict,
+              "array": list, "null": type(None)}
+    ok = any(isinstance(value, wanted[k]) and not (k in ("integer", "number") and
+                                                   isinstance(value, bool))
+             for k in kinds if k in wanted)
+    return value if ok else arg
 
 
 def _call(name: str, arguments: Any, index: int, prefix: str) -> ToolCall:
@@ -93,5 +118,6 @@ def _plain_text_calls(
         if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
             arg = arg[1:-1]
         param = _first_param(by_name[name])
-        calls.append(_call(name, {param: arg} if param else {}, len(calls), id_prefix))
+        value = _typed(arg, by_name[name], param) if param else None
+        calls.append(_call(name, {param: value} if param else {}, len(calls), id_prefix))
     return "\n".join(kept).strip(), calls

@@ -50,3 +50,18 @@ def test_no_fallback_without_tools_or_for_unknown_names():
     assert parse_tool_calls("submit(42)") == ("submit(42)", [])
     assert parse_tool_calls("launch(42)", TOOLS) == ("launch(42)", [])
     assert parse_tool_calls('{"name": "nope"}', TOOLS)[1] == []
+
+
+def test_plain_text_argument_takes_the_type_its_parameter_declares():
+    def schema(name, kind):
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {"v": {"type": kind}}, "required": ["v"]}}}
+
+    tools = [schema("count", "integer"), schema("weigh", "number"), schema("say", "string"),
+             schema("flag", "boolean"), schema("either", ["integer", "string"])]
+    cases = {"count(42)": 42, "count(-3)": -3, "count(4.5)": "4.5", "count(abc)": "abc",
+             "count(true)": "true", "weigh(2.5)": 2.5, "weigh(7)": 7, "say(42)": "42",
+             "flag(true)": True, "flag(1)": "1", "either(9)": "9", "either(x)": "x"}
+    for text, value in cases.items():
+        _, calls = parse_tool_calls(text, tools)
+        assert json.loads(calls[0]["function"]["arguments"]) == {"v": value}, text
