@@ -14,6 +14,8 @@ agent relies on this to append observations to its running token sequence
 without re-tokenizing history. :data:`COMPACT_TOOLS_TEMPLATE` is the same
 template with a one-line-per-tool system prompt, for when prompt length
 dominates the compute (``tiny_model(..., chat_template=COMPACT_TOOLS_TEMPLATE)``).
+Their tokenizers also carry :data:`TOOLS_RESPONSE_TEMPLATE`, which reads an
+assistant turn back into a message (what TRL's GRPOTrainer needs for tools).
 
 torch and transformers are imported inside the functions, so importing this
 module stays cheap.
@@ -21,6 +23,7 @@ module stays cheap.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import logging
 import random
@@ -112,6 +115,24 @@ plain-text call syntax ``name(argument)`` that the agent's tool parser reads.
 Messages (tool calls in history included) render exactly as with
 :data:`CHATML_TOOLS_TEMPLATE`, so it is prefix-stable as well. Used by the
 CPU demo, where prompt tokens dominate the compute."""
+
+TOOLS_RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*",
+                       "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+"""How transformers' ``tokenizer.parse_response`` reads an assistant turn of either
+template back into a message: the text as ``content``, each ``<tool_call>`` JSON
+block as one of ``tool_calls``. The tokenizers of :func:`tiny_model`,
+:func:`smollm2` and :func:`with_chat_template` carry it when their chat template
+is one of these two (``response_template`` in tokenizer_config.json, read by
+transformers >= 5.13), so TRL's GRPOTrainer with tools parses their calls instead
+of refusing a chat template it does not know."""
 
 
 def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -303,6 +324,8 @@ def tiny_model(
     save_path = Path(save_dir)
     tokenizer = _build_tokenizer(vocab_size, corpus)
     tokenizer.chat_template = chat_template
+    if chat_template in CHAT_TEMPLATES.values():  # another template: its own parser, if any
+        tokenizer.response_template = copy.deepcopy(TOOLS_RESPONSE_TEMPLATE)
     if len(tokenizer) > vocab_size:  # pragma: no cover - trainer respects vocab_size
         raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens > vocab_size {vocab_size}")
     pad_id = tokenizer.convert_tokens_to_ids(ENDOFTEXT)
@@ -433,6 +456,7 @@ def smollm2(save_dir: str | Path) -> str:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = ENDOFTEXT
     tokenizer.chat_template = CHATML_TOOLS_TEMPLATE
+    tokenizer.response_template = copy.deepcopy(TOOLS_RESPONSE_TEMPLATE)
     eos_id = tokenizer.convert_tokens_to_ids(IM_END)
     pad_id = tokenizer.convert_tokens_to_ids(tokenizer.pad_token)
     model.config.eos_token_id = eos_id
@@ -470,6 +494,7 @@ def with_chat_template(path: str | Path, name: str, out_dir: str | Path) -> str:
             link.symlink_to(f)
     tokenizer = AutoTokenizer.from_pretrained(src)
     tokenizer.chat_template = CHAT_TEMPLATES[name]
+    tokenizer.response_template = copy.deepcopy(TOOLS_RESPONSE_TEMPLATE)
     tokenizer.save_pretrained(out)
     return str(out)
 

@@ -32,6 +32,10 @@ Example::
     trainer = GRPOTrainer(model=..., args=GRPOConfig(...), train_dataset=env.train_dataset,
                           environment_factory=env.environment_factory,
                           reward_funcs=env.reward_funcs)
+
+TRL parses the model's tool calls with the tokenizer's ``response_template``;
+it knows those of a few chat templates, and the tokenizers of
+:mod:`sao_gym.models` carry their own (:data:`~sao_gym.models.TOOLS_RESPONSE_TEMPLATE`).
 """
 
 from __future__ import annotations

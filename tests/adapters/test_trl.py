@@ -6,6 +6,7 @@ import asyncio
 import functools
 import inspect
 import json
+import sys
 
 import pytest
 
@@ -272,3 +273,56 @@ def test_a_failing_reset_excludes_the_rollout(monkeypatch):
     assert instance.submit(answer=1).startswith("Error: the episode is over")
     assert env.reward_funcs[0](completions=[[]], environments=[instance]) == [None]
     instance._session.close()
+
+
+def test_without_the_trl_extra_the_error_names_it(monkeypatch):
+    from sao_gym.registration import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # import trl: ModuleNotFoundError
+    monkeypatch.setitem(sys.modules, "datasets", None)  # TRL's dependency goes with it
+    with pytest.raises(MissingExtra, match=r"needs the module 'trl'.*pip install 'sao-gym\[trl\]'"):
+        environment("sao_gym/Arithmetic-v0", seeds=[0])
+
+
+def test_the_docs_snippet_runs_with_the_tiny_model_as_shipped(tmp_path):
+    """docs/interop.md's GRPOTrainer with `tiny_model`'s own chat template: TRL needs to
+    parse tool calls out of completions, and takes the tokenizer's response template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import parse_response
+
+    from sao_gym.models import tiny_model
+
+    path = tiny_model(tmp_path / "model", hidden_size=64, num_layers=2)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    env = environment("sao_gym/Arithmetic-v0", seeds=range(4), num_operands=1, max_value=1)
+    # a call as the template renders it reads back as the same call
+    prompt = tokenizer.apply_chat_template(env.train_dataset[0]["prompt"], tools=env.tools,
+                                           add_generation_prompt=True, tokenize=False)
+    call = {"type": "function", "function": {"name": "submit", "arguments": {"answer": 1}}}
+    full = tokenizer.apply_chat_template(
+        env.train_dataset[0]["prompt"] + [{"role": "assistant", "content": "So:",
+                                           "tool_calls": [call]}],
+        tools=env.tools, tokenize=False)
+    assert full.startswith(prompt)
+    ids = tokenizer(full[len(prompt):], add_special_tokens=False).input_ids
+    prefix = tokenizer(prompt, add_special_tokens=False).input_ids
+    parsed = parse_response(tokenizer, ids, prefix=prefix)
+    assert (parsed["content"], parsed["tool_calls"]) == ("So:", [call])
+
+    config = GRPOConfig(
+        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4,
+        num_generations=4, max_completion_length=8, use_cpu=True, bf16=False, fp16=False,
+        report_to="none", save_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+        seed=0, activation_checkpointing=False)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
+                          train_dataset=env.train_dataset,
+                          environment_factory=env.environment_factory,
+                          reward_funcs=env.reward_funcs)
+    trainer.train()
+    assert trainer.state.global_step == 1
+    for pool in trainer._environment_pool.values():
+        for e in pool:
+            e._session.close()

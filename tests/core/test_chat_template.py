@@ -126,3 +126,17 @@ def test_config_rejects_other_chat_templates(value):
 def test_config_rejects_a_non_string_chat_template():
     with pytest.raises(ConfigError, match="chat_template"):
         load_config(None, ["chat_template=1"])
+
+
+def test_our_templates_come_with_their_response_template(tmp_path):
+    from sao_gym.models import TOOLS_RESPONSE_TEMPLATE
+
+    other = "{% for m in messages %}{{ m.content }}{% endfor %}"
+    paths = {name: tiny_model(tmp_path / name, hidden_size=64, num_layers=1, chat_template=t)
+             for name, t in [("chatml", CHATML_TOOLS_TEMPLATE),
+                             ("compact", COMPACT_TOOLS_TEMPLATE), ("other", other)]}
+    paths["templated"] = with_chat_template(paths["other"], "chatml", tmp_path / "templated")
+    loaded = {name: AutoTokenizer.from_pretrained(p).response_template
+              for name, p in paths.items()}
+    assert loaded == {"chatml": TOOLS_RESPONSE_TEMPLATE, "compact": TOOLS_RESPONSE_TEMPLATE,
+                      "other": None, "templated": TOOLS_RESPONSE_TEMPLATE}
