@@ -54,7 +54,8 @@ def main() -> None:
     model = tiny_model(str(root / "model"), hidden_size=args.hidden_size,
                        num_layers=args.num_layers, chat_template=COMPACT_TOOLS_TEMPLATE)
     cfg = load_config(None, [
-        "env=sao_gym/Arithmetic-v0", f"total_steps={args.steps}", f"rollout.batch_size={args.batch_size}",
+        "env=sao_gym/Arithmetic-v0", f"total_steps={args.steps}",
+        f"rollout.batch_size={args.batch_size}",
         "rollout.concurrency=8", "rollout.max_new_tokens=16", "rollout.max_episode_steps=3",
         "rollout.max_context_tokens=1024", "checkpoint.every=250", "learner.lr=1e-4",
         "learner.critic_warmup_steps=10"])

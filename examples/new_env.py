@@ -1,6 +1,8 @@
-"""A complete environment in under 50 lines: find a secret number, told "higher"/"lower".
+"""An environment with its oracle in under 65 lines: find a secret number, told "higher"/"lower".
 
 ``python examples/new_env.py`` checks it, then plays one scripted episode (docs/new_env.md)."""
+
+import json
 
 import sao_gym
 from sao_gym.tools import ToolEnv, ToolResult, tool
@@ -19,7 +21,7 @@ class GuessNumberEnv(ToolEnv):
         secret = int(options.get("secret", self.np_random.integers(1, self.high + 1)))
         prompt = f"I picked an integer in [1, {self.high}]. Find it with the guess tool."
         task_id = f"guess-{self.np_random.integers(10**9)}"  # never the secret: clients see ids
-        self.task = {"id": task_id, "prompt": prompt, "answer": secret}
+        self.task = {"id": task_id, "prompt": prompt, "answer": secret, "high": self.high}
         return [{"role": "user", "content": prompt}], {}
 
     @tool(description="Guess the number.", parameters={
@@ -31,7 +33,18 @@ class GuessNumberEnv(ToolEnv):
         return "higher" if n < self.task["answer"] else "lower"
 
 
-sao_gym.register("examples/GuessNumber-v0", GuessNumberEnv, max_episode_steps=10)
+def oracle(messages, task):
+    """Binary search: guess the middle of what the answers so far leave open."""
+    low, high, last = 1, task["high"], None
+    for m in messages:
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            last = int(json.loads(m["tool_calls"][0]["function"]["arguments"])["n"])
+        elif m.get("role") == "tool" and last is not None:
+            low, high = (last + 1, high) if m["content"] == "higher" else (low, last - 1)
+    return f"guess({(low + high) // 2})"
+
+
+sao_gym.register("examples/GuessNumber-v0", GuessNumberEnv, max_episode_steps=10, oracle=oracle)
 
 
 if __name__ == "__main__":

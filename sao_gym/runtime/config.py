@@ -334,7 +334,8 @@ class TrainConfig:
     model: str = "tiny"
     """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
     model_options: dict[str, Any] = field(default_factory=dict)
-    """``model: tiny`` only: keyword arguments of :func:`sao_gym.models.tiny_model`
+    """Used with ``model: tiny`` (as ``ray`` with ``runtime: ray``): keyword arguments of
+    :func:`sao_gym.models.tiny_model`
     (``hidden_size``, ``num_layers``, ``vocab_size``). Its tokenizer is trained on a general
     corpus plus the environment's own text (prompts, tool schemas, demonstrations)."""
     chat_template: str | None = None
@@ -375,8 +376,6 @@ class TrainConfig:
                               f"{self.chat_template!r}")
         if self.env is not None and (not self.env or not isinstance(self.env, str)):
             raise ConfigError("env must be an environment id")
-        if self.model_options and self.model != "tiny":
-            raise ConfigError(f"model_options only apply to model: tiny, not {self.model!r}")
         unknown = set(self.model_options) - {"hidden_size", "num_layers", "vocab_size"}
         if unknown:
             raise ConfigError(f"model_options: unknown {sorted(unknown)}; valid: hidden_size, "

@@ -11,6 +11,7 @@ import pytest
 from sao_gym.cli import main
 from sao_gym.logging import read_metrics
 from sao_gym.runtime.checkpoint import CheckpointManager
+from sao_gym.runtime.config import recipe_path
 
 SMALL = ["--set", "rollout.concurrency=2", "--set", "rollout.max_new_tokens=8",
          "--set", "rollout.max_episode_steps=2", "--set", "rollout.batch_size=1",
@@ -83,15 +84,22 @@ def test_train_refuses_bad_input(tmp_path, capsys):
     assert main(["train", "--set", "batch_size=2"]) == 2
     assert "did you mean 'rollout.batch_size'" in capsys.readouterr().err
     # setup errors: one line, exit 2, before any work (no banner, no traceback)
-    assert main(["train", "--set", "env=sao_gym/MathTIR-v0"]) == 2  # the demo's env_kwargs
+    demo = str(recipe_path("demo"))  # a config file's env_kwargs belong to its env
+    assert main(["train", demo, "--set", "env=sao_gym/MathTIR-v0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--set 'env_kwargs={}' clears them" in err
-    assert main(["train", "--set", "env=sao_gym/MathTIR-v0", "--set", "env_kwargs={}"]) == 2
-    err = capsys.readouterr().err  # the demo warm-starts; MathTIR's oracle does arithmetic only
+    # --set env=... picks the generic recipe (no env_kwargs), which warm-starts on the
+    # env's oracle: MathTIR's does arithmetic only, not its default tasks
+    assert main(["train", "--set", "env=sao_gym/MathTIR-v0"]) == 2
+    err = capsys.readouterr().err
     assert err.count("\n") == 1 and "oracle of sao_gym/MathTIR-v0 cannot play its tasks" in err
     assert "only solves arithmetic tasks" in err
-    assert main(["train", "--set", "env=sao_gym/CoqProof-v0", "--set", "env_kwargs={}"]) == 2
-    assert "no warm-start oracle for sao_gym/CoqProof-v0" in capsys.readouterr().err
+    assert main(["train", "--set", "env=sao_gym/CoqProof-v0",
+                 "--set", "warm_start.oracle={slip_rate: 0.1}"]) == 2
+    assert "sao_gym/CoqProof-v0 registers no oracle" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "no.yaml")]) == 2
+    assert main(["train", "--set", "warm_start.demonstrations=/no/such.jsonl"]) == 2
+    assert "warm_start.demonstrations" in capsys.readouterr().err
     assert main(["train", "--set", "env=nope/Nothing-v0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot make env 'nope/Nothing-v0'" in err

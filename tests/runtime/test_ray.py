@@ -28,8 +28,8 @@ ray = pytest.importorskip("ray")
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["env=sao_gym/Arithmetic-v0", "rollout.batch_size=4", "rollout.max_new_tokens=8", "rollout.max_context_tokens=512",
-         "rollout.max_episode_steps=1",
+SMALL = ["env=sao_gym/Arithmetic-v0", "rollout.batch_size=4", "rollout.max_new_tokens=8",
+         "rollout.max_context_tokens=512", "rollout.max_episode_steps=1",
          "rollout.max_staleness=1", "learner.critic_warmup_steps=0", "warm_start=null",
          "eval.episodes=0", "checkpoint.every=0", "inference.max_batch_size=8",
          "runtime=ray", "ray.rollout_workers=2", "ray.episodes_per_worker=3"]
@@ -52,7 +52,8 @@ def model(tmp_path_factory) -> str:
     from sao_gym.models import tiny_model
     from sao_gym.runtime.config import load_recipe
 
-    return tiny_model(str(tmp_path_factory.mktemp("ray_model")), **load_recipe("demo").model_options)
+    return tiny_model(str(tmp_path_factory.mktemp("ray_model")),
+                      **load_recipe("demo").model_options)
 
 
 def config(cluster, *extra):
