@@ -109,12 +109,12 @@ COMPACT_TOOLS_TEMPLATE = (
     "{%- endif %}" + _CHATML_MESSAGES
 )
 """:data:`CHATML_TOOLS_TEMPLATE` with a short tool list: one line ``name(params):
-description`` per tool instead of JSON schemas (about 80 tokens of system prompt
-for Arithmetic with the tiny tokenizer instead of about 350), and the
+description`` per tool instead of JSON schemas (about a quarter of the system
+prompt's tokens for two tools with the tiny tokenizer), and the
 plain-text call syntax ``name(argument)`` that the agent's tool parser reads.
 Messages (tool calls in history included) render exactly as with
 :data:`CHATML_TOOLS_TEMPLATE`, so it is prefix-stable as well. Used by the
-CPU demo, where prompt tokens dominate the compute."""
+CPU recipes with ``model: tiny``, where prompt tokens dominate the compute."""
 
 TOOLS_RESPONSE_TEMPLATE: dict[str, Any] = {
     "defaults": {"role": "assistant"},
