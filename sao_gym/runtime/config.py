@@ -247,8 +247,9 @@ class WarmStartConfig:
     """A JSONL file of conversations to imitate instead of the oracle's episodes
     (:func:`sao_gym.runtime.warmstart.load_conversations` has the format); the held-out
     ones are the last ``holdout_episodes`` (at most a quarter) of the file."""
-    label_smoothing: float = 0.0
-    """Label smoothing of the supervised loss."""
+    label_smoothing: float | None = 0.0
+    """Label smoothing of the supervised loss (null: fitted to the demonstrations'
+    length, :func:`sao_gym.runtime.fit.fit_label_smoothing`)."""
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "steps")
@@ -261,7 +262,7 @@ class WarmStartConfig:
         if self.target_metric not in ("sampled", "greedy"):
             raise ConfigError(f"warm_start.target_metric must be 'sampled' or 'greedy', got "
                               f"{self.target_metric!r}")
-        if not 0.0 <= self.label_smoothing < 1.0:
+        if self.label_smoothing is not None and not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"warm_start.label_smoothing must be in [0, 1), got "
                               f"{self.label_smoothing}")
 

@@ -214,7 +214,7 @@ def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    from sao_gym.runtime.fit import fit_budgets
+    from sao_gym.runtime.fit import fit_budgets, fit_label_smoothing
 
     ws = config.warm_start
     demos = Demonstrations.of(config) if ws is not None and ws.steps else None
@@ -251,7 +251,8 @@ def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
             f"reward {sum(rewards) / len(rewards):.2f} ({time.monotonic() - started:.0f} s)")
     config, lines = fit_budgets(config, train_demos + holdout, turn_limit=turn_limit(config),
                                 model_positions=positions)
-    for line in lines:
+    config, more = fit_label_smoothing(config, train_demos)
+    for line in lines + more:
         say(line)
     save_config(config, run_dir / "config.yaml")
     if demos is not None:
