@@ -27,7 +27,6 @@ wants lowest terms); only a full score (1.0) counts as correct.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
 import json
 import logging
@@ -40,6 +39,7 @@ import numpy as np
 
 from sao_gym.envs.math_tir.verify import extract_boxed
 from sao_gym.registration import import_optional
+from sao_gym.utils.jsonl import read_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -182,20 +182,7 @@ def extract_reference(text: Any, answer_format: str = "auto") -> str | None:
 def _read_records(path: Path, split: str) -> list[dict[str, Any]]:
     name = path.name.lower()
     if path.is_file() and name.endswith((".jsonl", ".jsonl.gz")):
-        opener = gzip.open if name.endswith(".gz") else open
-        records = []
-        with opener(path, "rt", encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError as e:
-                    raise ValueError(f"{path}:{line_no}: not valid JSON ({e})") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{path}:{line_no}: each line must be a JSON object")
-                records.append(record)
-        return records
+        return [record for _, record in read_jsonl(path)]
     if path.is_file() and name.endswith(".json"):
         data = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):

@@ -218,14 +218,10 @@ def load_conversations(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"demonstrations file {path} does not exist")
+    from sao_gym.utils.jsonl import read_jsonl
+
     conversations = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            conv = json.loads(line)
-        except ValueError as e:
-            raise ValueError(f"{path}:{n}: not JSON: {e}") from None
+    for n, conv in read_jsonl(path):
         problem = _conversation_problem(conv)
         if problem:
             raise ValueError(f"{path}:{n}: {problem}")

@@ -4,7 +4,7 @@ import importlib
 import pytest
 
 MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools", "sao_gym.logging",
-           "sao_gym.plotting", "sao_gym.evaluation"]
+           "sao_gym.plotting", "sao_gym.evaluation", "sao_gym.utils.jsonl"]
 
 
 @pytest.mark.parametrize("name", MODULES)
