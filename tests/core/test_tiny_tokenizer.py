@@ -1,0 +1,151 @@
+"""The tiny model's tokenizer: an env's own text gets merges, a word is the same tokens
+wherever it stands, and the built-in corpus favours no built-in environment's tools."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium
+import pytest
+from gymnasium.envs.registration import load_env_creator
+from transformers import AutoTokenizer
+
+import sao_gym
+from sao_gym.models import _training_corpus, tiny_model
+from sao_gym.tools import ToolEnv
+
+ENV_TEXT = ["inspect_crate(zebra/quokka7.bin)", "The key is in zebra/quokka7.bin."] * 100
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    path = tiny_model(tmp_path_factory.mktemp("plain_tok"), hidden_size=64, num_layers=1)
+    return AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    path = tiny_model(tmp_path_factory.mktemp("env_tok"), hidden_size=64, num_layers=1,
+                      corpus=ENV_TEXT)
+    return AutoTokenizer.from_pretrained(path)
+
+
+def ids(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_the_env_corpus_shortens_its_own_names(plain, fitted):
+    for text in ("inspect_crate", "zebra/quokka7.bin", "inspect_crate(zebra/quokka7.bin)",
+                 "The key is in zebra/quokka7.bin."):
+        assert len(ids(fitted, text)) < len(ids(plain, text)), text
+        assert fitted.decode(ids(fitted, text)) == text  # still round-trips
+    assert len(ids(fitted, "zebra")) == 1 and len(ids(plain, "zebra")) > 1
+    assert len(ids(fitted, "inspect_crate")) <= 3  # inspect, _, crate
+
+
+def test_other_text_still_round_trips(fitted):
+    text = "Ünïcödé, tabs\tand 12345 → ok?"
+    assert fitted.decode(ids(fitted, text)) == text
+
+
+def tokens_of(tok, text: str, start: int, end: int) -> list[int]:
+    """The ids of ``text`` whose characters lie in [start, end); they must cover it exactly."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    inside = [(i, (s, e)) for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"],
+                                               strict=True) if s < end and e > start]
+    assert inside, (text, start, end)
+    assert inside[0][1][0] == start and inside[-1][1][1] == end, (
+        f"a token of {text!r} crosses the edge of {text[start:end]!r}: "
+        f"{tok.convert_ids_to_tokens([i for i, _ in inside])}")
+    return [i for i, _ in inside]
+
+
+CONTEXTS = ["{w}", "The key is in {w}/x.", "inspect_crate({w}/x)", "open(/{w})", "see {w}.",
+            '"{w}"', "cat(crates/{w}7.bin)", "{w}_{w}", "x={w}"]
+
+
+@pytest.mark.parametrize("word", ["zebra", "quokka", "crate", "answer", "Tool", "ledger"])
+def test_a_word_is_the_same_tokens_wherever_it_stands(plain, fitted, word):
+    for tok in (plain, fitted):
+        alone = ids(tok, word)
+        for context in CONTEXTS:
+            text = context.format(w=word)
+            start = context.index("{w}")  # the first place the word stands
+            assert tokens_of(tok, text, start, start + len(word)) == alone, text
+
+
+def find(seq: list[int], sub: list[int]) -> list[int]:
+    """Where ``sub`` stands in ``seq`` as a contiguous sub-sequence."""
+    return [i for i in range(len(seq) - len(sub) + 1) if seq[i:i + len(sub)] == sub]
+
+
+def test_the_word_inside_an_observation_and_a_call_is_the_same_subsequence(fitted, plain):
+    for tok in (fitted, plain):
+        observation = ids(tok, "The key is in zebra/x.")
+        call = ids(tok, "inspect_crate(zebra/x)")
+        name = ids(tok, "zebra/x")
+        assert len(find(observation, name)) == 1 and len(find(call, name)) == 1
+        # the tokens before and after it are the text's own: the name is copied as is
+        at = find(observation, name)[0]
+        assert observation[:at] == ids(tok, "The key is in ")
+        assert observation[at + len(name):] == ids(tok, ".")
+        at = find(call, name)[0]
+        assert call[:at] == ids(tok, "inspect_crate(") and call[at + len(name):] == ids(tok, ")")
+
+
+# Not a ToolEnv (its tools come from the remote env it connects to), and seconds to import.
+DYNAMIC_TOOLS = {"sao_gym.adapters.openenv:OpenEnvAgentEnv"}
+
+
+def builtin_tool_names() -> set[str]:
+    """The tools of the built-in ToolEnvs (their tool_specs), the interpreter "python" aside."""
+    names: set[str] = set()
+    for env_id in sao_gym.env_ids():
+        entry = gymnasium.spec(env_id).entry_point
+        if not (isinstance(entry, str) and entry.startswith(("sao_gym.envs.",
+                                                              "sao_gym.adapters."))
+                and entry not in DYNAMIC_TOOLS):
+            continue
+        cls = load_env_creator(entry)
+        if isinstance(cls, type) and issubclass(cls, ToolEnv):
+            names |= set(cls.tool_specs())
+    return names - {"python"}
+
+
+@pytest.fixture(scope="module")
+def corpus_text() -> str:
+    return "\n".join(_training_corpus())
+
+
+@pytest.fixture(scope="module")
+def tool_names() -> set[str]:
+    names = builtin_tool_names()
+    assert {"calculator", "submit", "bash", "read_file"} <= names, names  # not a vacuous scan
+    return names
+
+
+def test_the_builtin_corpus_holds_no_builtin_tool_as_a_tool(corpus_text, tool_names):
+    for name in tool_names:
+        as_tool = re.compile(rf"(?<![\w]){re.escape(name)}\(|\"{re.escape(name)}\"")
+        assert not as_tool.search(corpus_text), name
+
+
+SUBMIT_IN_PROSE = "the built-in corpus says 'submit' in its English text"
+
+
+def test_the_builtin_corpus_holds_no_builtin_tool_name(corpus_text, tool_names):
+    word = {name: re.compile(rf"(?<![A-Za-z]){re.escape(name)}(?![A-Za-z])")
+            for name in tool_names - {"submit"}}
+    found = sorted(name for name, pattern in word.items() if pattern.search(corpus_text))
+    assert found == []
+
+
+@pytest.mark.xfail(strict=True, reason=SUBMIT_IN_PROSE)
+def test_the_builtin_corpus_does_not_say_submit(corpus_text):
+    assert not re.search(r"(?<![A-Za-z])submit(?![A-Za-z])", corpus_text)
+
+
+def test_the_corpus_argument_comes_after_the_builtin_corpus():
+    built_in = _training_corpus()
+    assert _training_corpus(ENV_TEXT) == built_in + ENV_TEXT
+    assert _training_corpus() == built_in  # deterministic
