@@ -156,7 +156,7 @@ The quick brown fox jumps over the lazy dog. A journey of a thousand miles begin
 single step. You are a helpful assistant. Please solve the following problem step by step
 and put the final answer at the end. Let me think about this carefully. First, we compute
 the sum of the numbers. Then we check the result with a tool. The answer is
-correct. I will use the tool to verify my reasoning before I submit the final answer.
+correct. I will use the tool to verify my reasoning before I give the final answer.
 The environment returns an observation after every action. When the task is solved, the
 episode ends and the agent receives a reward. If the answer is wrong, the reward is zero.
 What is the value of the expression? Show your work. Think, then answer.

@@ -240,8 +240,14 @@ def _conversation_problem(conv: Any) -> str | None:
     roles = [m["role"] for m in messages]
     if "assistant" not in roles:
         return "no assistant turn to learn from"
-    if roles[0] == "assistant":
+    if roles[0] not in ("system", "user"):
         return "the conversation must open with the task (system/user messages)"
+    unknown = sorted(set(roles) - {"system", "user", "assistant", "tool"})
+    if unknown:
+        return f"unknown roles {unknown} (system, user, assistant, tool)"
+    if any(a == b == "assistant" for a, b in zip(roles, roles[1:], strict=False)):
+        return ("an assistant turn must be followed by the environment's answer "
+                "(tool/user messages) before the next one")
     reward = conv.get("reward", 1.0)
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         return f"reward must be a number, got {reward!r}"

@@ -163,14 +163,14 @@ def test_a_missing_or_empty_file_is_refused(tmp_path):
         load_conversations(empty)
 
 
-@pytest.mark.xfail(strict=True, reason="load_conversations accepts two assistant messages in a "
-                   "row; the replay then glues both turns into one action run")
-def test_two_assistant_turns_in_a_row_are_refused(tmp_path):
-    line = json.dumps({"messages": [{"role": "user", "content": "Hi"},
-                                    {"role": "assistant", "content": "A."},
-                                    {"role": "assistant", "content": "B."}]})
-    with pytest.raises(ValueError, match=":1: "):
-        load_conversations(write_lines(tmp_path / "demos.jsonl", line))
+def test_two_assistant_turns_in_a_row_a_tool_opening_or_an_unknown_role_are_refused(tmp_path):
+    user, a = {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "A."}
+    for messages, why in (([user, a, a], "must be followed by the environment's answer"),
+                          ([{"role": "tool", "content": "x"}, a], "must open with the task"),
+                          ([user, a, {"role": "robot", "content": "x"}], "unknown roles")):
+        with pytest.raises(ValueError, match=f":1: .*{why}"):
+            load_conversations(write_lines(tmp_path / "demos.jsonl",
+                                           json.dumps({"messages": messages})))
 
 
 # ----- the replay -----------------------------------------------------------------------------
