@@ -1,4 +1,4 @@
-"""The embedded demo, seed by seed: wall time of `sao-gym train` and its RL gain.
+"""`sao-gym train` seed by seed (the demo, or any env): wall time and RL gain.
 
 For each seed: run `sao-gym train --out OUT/seedN --set seed=N` (the job
 `make demo` runs; extra `--set` options pass through) as its own process and
@@ -14,6 +14,13 @@ numbers and the medians.
 Run (on a quiet machine, seeds in sequence so each has the whole CPU)::
 
     .venv/bin/python benchmarks/demo.py --seeds 0 1 2 3 4 --out runs/demo-bench
+
+With ``--set env=MODULE:ID`` it measures the generic CPU recipe on any
+environment instead (``sao-gym train --set env=...`` with no config: the
+env's oracle, turn limit and fitted budgets), the module on ``PYTHONPATH``::
+
+    PYTHONPATH=path/to/my_envs .venv/bin/python benchmarks/demo.py --seeds 0 1 2 \
+        --out runs/my-env --set env=my_envs:my/Env-v0
 """
 
 from __future__ import annotations
