@@ -336,9 +336,9 @@ class TrainConfig:
     """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
     model_options: dict[str, Any] = field(default_factory=dict)
     """Used with ``model: tiny`` (as ``ray`` with ``runtime: ray``): keyword arguments of
-    :func:`sao_gym.models.tiny_model`
-    (``hidden_size``, ``num_layers``, ``vocab_size``). Its tokenizer is trained on a general
-    corpus plus the environment's own text (prompts, tool schemas, demonstrations)."""
+    :func:`sao_gym.models.tiny_model` (``hidden_size``, ``num_layers``, ``head_dim``,
+    ``vocab_size``). Its tokenizer is trained on a general corpus plus the environment's own
+    text (prompts, tool schemas, demonstrations)."""
     chat_template: str | None = None
     """Replace the model's chat template: ``compact`` (one line per tool, ``name(arg)``
     calls: a fraction of the prompt tokens) or ``chatml`` (JSON tool schemas); null: keep."""
@@ -377,10 +377,11 @@ class TrainConfig:
                               f"{self.chat_template!r}")
         if self.env is not None and (not self.env or not isinstance(self.env, str)):
             raise ConfigError("env must be an environment id")
-        unknown = set(self.model_options) - {"hidden_size", "num_layers", "vocab_size"}
+        unknown = set(self.model_options) - {"hidden_size", "num_layers", "head_dim",
+                                             "vocab_size"}
         if unknown:
             raise ConfigError(f"model_options: unknown {sorted(unknown)}; valid: hidden_size, "
-                              "num_layers, vocab_size")
+                              "num_layers, head_dim, vocab_size")
         grouped = ALGORITHMS[self.algorithm].grouped
         if grouped and self.rollout.group_size < 2:
             raise ConfigError(f"{self.algorithm} needs rollout.group_size >= 2")
