@@ -12,7 +12,7 @@ from sao_gym.runtime.config import load_recipe, recipe_path
 DEMO_CHOICES = {"env", "env_kwargs", "rollout.max_new_tokens", "rollout.max_context_tokens",
                 "rollout.max_episode_steps"}
 """What demo.yaml chooses for its env, where cpu.yaml leaves the env's values."""
-DEMO_WARM_START = {"warm_start.lr": (2.0e-3, 3.0e-3), "warm_start.label_smoothing": (None, 0.1),
+DEMO_WARM_START = {"warm_start.lr": (1.0e-3, 3.0e-3), "warm_start.label_smoothing": (None, 0.1),
                    "model_options.head_dim": (32, 64)}
 """(cpu, demo) values of the warm start the demo keeps as measured (docs/benchmarks.md) while
 the generic recipe moved on: lr 1e-3 ("3e-3 (the demo's) never learned to copy a word from an
