@@ -120,3 +120,13 @@ def play_in_a_script(env_id: str, action: dict[str, Any],
     return subprocess.run(
         [sys.executable, "-X", "dev", "-c", _ONE_TURN_SCRIPT, env_id, json.dumps(env_kwargs),
          json.dumps(action)], capture_output=True, text=True, timeout=300)
+
+
+def mask_runs(mask: list[int]) -> list[tuple[int, int, int]]:
+    """``(value, start, end)`` of each run of equal values in a loss mask."""
+    out, start = [], 0
+    for i in range(1, len(mask) + 1):
+        if i == len(mask) or mask[i] != mask[start]:
+            out.append((mask[start], start, i))
+            start = i
+    return out

@@ -27,17 +27,6 @@ def forget_registrations():
         unregister(env_id)
 
 
-@pytest.fixture
-def on_path(tmp_path, monkeypatch):
-    """A folder on sys.path for modules written by a test (forgotten afterwards)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if name.startswith("user_hooks_"):
-            del sys.modules[name]
-
-
 def write_module(folder: Path, name: str, body: str) -> None:
     (folder / f"{name}.py").write_text(textwrap.dedent(body))
     importlib.invalidate_caches()

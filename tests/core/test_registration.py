@@ -82,17 +82,6 @@ def write_module(folder: Path, name: str, body: str) -> Path:
     return path
 
 
-@pytest.fixture
-def on_path(tmp_path, monkeypatch):
-    """A folder on sys.path for modules written by a test (forgotten afterwards)."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if name.startswith("user_envs_"):
-            del sys.modules[name]
-
-
 def test_make_module_colon_id_imports_the_module_first(on_path):
     write_module(on_path, "user_envs_a", GUESS_ENV + '\nsao_gym.register("user/GuessA-v0", '
                  'Guess, max_episode_steps=5)\n')

@@ -18,6 +18,7 @@ from sao_gym.runtime.warmstart import (
     replay_oracle,
 )
 from sao_gym.types import StopReason
+from tests.helpers import mask_runs
 
 LOOKUP = {"type": "function", "function": {
     "name": "lookup", "description": "Look up a key.",
@@ -182,16 +183,6 @@ def tok(tmp_path_factory):
     return AutoTokenizer.from_pretrained(path)
 
 
-def runs(mask):
-    """(value, start, end) of each run of equal values."""
-    out, start = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            out.append((mask[start], start, i))
-            start = i
-    return out
-
-
 @pytest.fixture(scope="module")
 def replayed(tok, tmp_path_factory):
     path = tmp_path_factory.mktemp("demos") / "demos.jsonl"
@@ -205,7 +196,7 @@ def test_each_turn_is_the_recorded_assistant_text_plus_end_of_turn(tok, replayed
     assert len(replayed) == 2
     for conv, r in zip(CONVERSATIONS, replayed, strict=True):
         recorded = [m for m in conv["messages"] if m["role"] == "assistant"]
-        acting = [(s, e) for bit, s, e in runs(r.loss_mask) if bit == 1]
+        acting = [(s, e) for bit, s, e in mask_runs(r.loss_mask) if bit == 1]
         assert len(acting) == len(recorded)
         for (s, e), message in zip(acting, recorded, strict=True):
             assert tok.decode(r.token_ids[s:e]) == assistant_text(message) + IM_END
@@ -216,7 +207,7 @@ def test_each_turn_is_the_recorded_assistant_text_plus_end_of_turn(tok, replayed
 
 def test_the_prompt_and_observations_are_the_recorded_messages(tok, replayed):
     first, second = replayed
-    prompt_end = runs(first.loss_mask)[0][2]
+    prompt_end = mask_runs(first.loss_mask)[0][2]
     assert tok.decode(first.token_ids[:prompt_end]) == tok.apply_chat_template(
         CONVERSATIONS[0]["messages"][:1], tools=[LOOKUP, ADD], add_generation_prompt=True,
         tokenize=False)
@@ -224,17 +215,17 @@ def test_the_prompt_and_observations_are_the_recorded_messages(tok, replayed):
         assert [m for m in r.messages if m["role"] != "assistant"] == \
             [m for m in conv["messages"] if m["role"] != "assistant"]
     # what stands between the turns: the recorded answers as the template renders them
-    between = [tok.decode(first.token_ids[s:e]) for bit, s, e in runs(first.loss_mask)[1:]
+    between = [tok.decode(first.token_ids[s:e]) for bit, s, e in mask_runs(first.loss_mask)[1:]
                if bit == 0]
     assert between == [
         "\n<|im_start|>tool\n41 apples<|im_end|>\n<|im_start|>tool\n42<|im_end|>\n"
         "<|im_start|>assistant\n",
         "\n<|im_start|>tool\nok<|im_end|>\n<|im_start|>assistant\n",
     ]
-    between = [tok.decode(second.token_ids[s:e]) for bit, s, e in runs(second.loss_mask)[1:]
+    between = [tok.decode(second.token_ids[s:e]) for bit, s, e in mask_runs(second.loss_mask)[1:]
                if bit == 0]
     assert between == ["\n<|im_start|>user\nAgain.<|im_end|>\n<|im_start|>assistant\n"]
-    assert tok.decode(second.token_ids[:runs(second.loss_mask)[0][2]]).startswith(
+    assert tok.decode(second.token_ids[:mask_runs(second.loss_mask)[0][2]]).startswith(
         "<|im_start|>system\nBe brief.\n\nTools:\nlookup(key): Look up a key.\n"
         "add(a, b): Add two numbers.\n")
 

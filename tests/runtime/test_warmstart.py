@@ -26,6 +26,7 @@ from sao_gym.runtime.warmstart import (
     sft,
 )
 from sao_gym.types import StopReason
+from tests.helpers import mask_runs
 
 ENV_ID = "sao_gym/Arithmetic-v0"
 IM_END = "<|im_end|>"
@@ -45,16 +46,6 @@ def tok(small_model):
 
 def enc(tok, text):
     return tok(text, add_special_tokens=False)["input_ids"]
-
-
-def segments(mask):
-    """Runs of equal mask values as (value, start, end)."""
-    out, start = [], 0
-    for i in range(1, len(mask) + 1):
-        if i == len(mask) or mask[i] != mask[start]:
-            out.append((mask[start], start, i))
-            start = i
-    return out
 
 
 # ------------------------------------------------------------------ oracle
@@ -111,7 +102,7 @@ def test_demonstrations_have_the_agent_token_layout(tok):
         task = env.unwrapped.task
         prompt = enc(tok, tok.apply_chat_template(obs, tools=info["tools"],
                                                   add_generation_prompt=True, tokenize=False))
-        segs = segments(r.loss_mask)
+        segs = mask_runs(r.loss_mask)
         assert [v for v, _, _ in segs] == [0, 1, 0, 1]
         (_, _, p_end), (_, a1, e1), (_, o1, f1), (_, a2, e2) = segs
         assert r.token_ids[:p_end] == prompt
@@ -142,7 +133,7 @@ async def test_demonstrations_match_what_llmagent_records_for_the_same_tokens(to
     """Replaying a demo's action tokens through a plain LLMAgent gives the same rollout."""
     [demo] = await acollect_demonstrations(ENV_ID, tok, arithmetic_oracle, episodes=1, seed=3,
                                            max_new_tokens=32)
-    turns = [demo.token_ids[a:e] for v, a, e in segments(demo.loss_mask) if v == 1]
+    turns = [demo.token_ids[a:e] for v, a, e in mask_runs(demo.loss_mask) if v == 1]
     agent = LLMAgent(ScriptedBackend(turns), tok, max_new_tokens=32)
     again = await sao_gym.run_episode(sao_gym.make(ENV_ID), agent, seed=3)
     assert again.token_ids == demo.token_ids and again.loss_mask == demo.loss_mask
