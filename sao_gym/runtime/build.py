@@ -77,7 +77,7 @@ def check_setup(config: TrainConfig) -> None:
     ws = config.warm_start
     try:
         if ws is not None and ws.steps and ws.demonstrations is not None:
-            from sao_gym.runtime.warmstart import load_conversations
+            from sao_gym.runtime.conversations import load_conversations
 
             try:
                 load_conversations(ws.demonstrations)

@@ -107,7 +107,7 @@ class Demonstrations:
     def of(cls, config: TrainConfig) -> Demonstrations | None:
         """The run's source; None when its env has no oracle and no file is given."""
         from sao_gym.runtime.build import oracle_for
-        from sao_gym.runtime.warmstart import load_conversations
+        from sao_gym.runtime.conversations import load_conversations
 
         ws = config.warm_start
         if ws is not None and ws.demonstrations is not None:
@@ -127,11 +127,8 @@ class Demonstrations:
                 ) -> tuple[list[Any], list[Any]]:
         """``(training, held-out)`` demonstrations as token-exact rollouts."""
         from sao_gym.runtime.build import env_factory
-        from sao_gym.runtime.warmstart import (
-            collect_demonstrations,
-            replay_env_factory,
-            replay_oracle,
-        )
+        from sao_gym.runtime.conversations import replay_env_factory, replay_oracle
+        from sao_gym.runtime.warmstart import collect_demonstrations
 
         seed = self.config.seed
         if self.conversations is not None:
