@@ -80,13 +80,18 @@ async def test_context_budget_caps_and_truncates(tok):
     obs, info = await env.areset(seed=0)
     prompt_len = len(enc(tok, tok.apply_chat_template(
         obs, tools=info["tools"], add_generation_prompt=True, tokenize=False)))
+    # the second turn's prompt without a budget: the first turn and its observation
+    probe = ScriptedBackend(lambda p, params: enc(tok, "x " * 200))
+    await sao_gym.run_episode(env, LLMAgent(probe, tok, max_new_tokens=30), seed=0)
+    second_prompt = len(probe.calls[1].prompt_ids)
+    assert second_prompt > prompt_len + 30
     backend = ScriptedBackend(lambda p, params: enc(tok, "x " * 200))
-    budget = prompt_len + 80
+    budget = second_prompt + 15
     agent = LLMAgent(backend, tok, max_new_tokens=30, max_context_tokens=budget)
     r = await sao_gym.run_episode(env, agent, seed=0)
     assert backend.calls[0].params.max_new_tokens == 30
     room = budget - len(backend.calls[1].prompt_ids)
-    assert 0 < room < 30 and backend.calls[1].params.max_new_tokens == room
+    assert room == 15 and backend.calls[1].params.max_new_tokens == room
     assert (r.stop_reason, r.truncated, r.infra_failure) == (StopReason.MAX_TOKENS, True, False)
     assert len(r.token_ids) <= budget  # the observation that did not fit is not appended
 
