@@ -190,14 +190,9 @@ variable very want where which while whole with without word work write year yes
 """
 
 # Split text into contractions, letter runs, single digits, punctuation runs and
-# whitespace: the Qwen2 pre-tokenization rule, except that a letter run never takes
-# the character before it (Qwen2's ` red` and `(red`). So a word is the same tokens
-# wherever it stands, and a model copies a name it read in an observation (` red/x`)
-# into a call (`cat(red/x)`) token for token; single digits help arithmetic. The
-# reloaded tokenizer (Qwen2Tokenizer applies its own rule) splits the same way,
-# because no merge joins a letter to what precedes it.
+# whitespace (the Qwen2 pre-tokenization rule; single digits help arithmetic).
 _PRETOKENIZE_REGEX = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|\p{L}+|\p{N}"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 

@@ -1,5 +1,5 @@
-"""The tiny model's tokenizer: an env's own text gets merges, a word is the same tokens
-wherever it stands, and the built-in corpus favours no built-in environment's tools."""
+"""The tiny model's tokenizer: an env's own text gets merges, and the built-in corpus
+favours no built-in environment's tools."""
 
 from __future__ import annotations
 
@@ -58,39 +58,6 @@ def tokens_of(tok, text: str, start: int, end: int) -> list[int]:
         f"a token of {text!r} crosses the edge of {text[start:end]!r}: "
         f"{tok.convert_ids_to_tokens([i for i, _ in inside])}")
     return [i for i, _ in inside]
-
-
-CONTEXTS = ["{w}", "The key is in {w}/x.", "inspect_crate({w}/x)", "open(/{w})", "see {w}.",
-            '"{w}"', "cat(crates/{w}7.bin)", "{w}_{w}", "x={w}"]
-
-
-@pytest.mark.parametrize("word", ["zebra", "quokka", "crate", "answer", "Tool", "ledger"])
-def test_a_word_is_the_same_tokens_wherever_it_stands(plain, fitted, word):
-    for tok in (plain, fitted):
-        alone = ids(tok, word)
-        for context in CONTEXTS:
-            text = context.format(w=word)
-            start = context.index("{w}")  # the first place the word stands
-            assert tokens_of(tok, text, start, start + len(word)) == alone, text
-
-
-def find(seq: list[int], sub: list[int]) -> list[int]:
-    """Where ``sub`` stands in ``seq`` as a contiguous sub-sequence."""
-    return [i for i in range(len(seq) - len(sub) + 1) if seq[i:i + len(sub)] == sub]
-
-
-def test_the_word_inside_an_observation_and_a_call_is_the_same_subsequence(fitted, plain):
-    for tok in (fitted, plain):
-        observation = ids(tok, "The key is in zebra/x.")
-        call = ids(tok, "inspect_crate(zebra/x)")
-        name = ids(tok, "zebra/x")
-        assert len(find(observation, name)) == 1 and len(find(call, name)) == 1
-        # the tokens before and after it are the text's own: the name is copied as is
-        at = find(observation, name)[0]
-        assert observation[:at] == ids(tok, "The key is in ")
-        assert observation[at + len(name):] == ids(tok, ".")
-        at = find(call, name)[0]
-        assert call[:at] == ids(tok, "inspect_crate(") and call[at + len(name):] == ids(tok, ")")
 
 
 # Not a ToolEnv (its tools come from the remote env it connects to), and seconds to import.
