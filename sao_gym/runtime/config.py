@@ -46,6 +46,7 @@ MODES = ("async", "sync")
 RUNTIMES = ("local", "ray")
 BACKENDS = ("hf", "vllm", "vllm_server")
 SERVERS = ("auto", "vllm", "sao")
+TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size")  # of tiny_model()
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
@@ -83,9 +84,8 @@ class RolloutConfig:
     """Retries of an episode that failed for infrastructure reasons (then its group is dropped)."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 1, "batch_size", "group_size", "concurrency")
-        _at_least(self, 1, *[n for n in ("max_new_tokens", "max_context_tokens")
-                             if getattr(self, n) is not None])
+        _at_least(self, 1, "batch_size", "group_size", "concurrency", "max_new_tokens",
+                  "max_context_tokens")
         _at_least(self, 0, "max_staleness", "max_infra_retries")
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise ConfigError(f"rollout.max_episode_steps must be >= 1 or null, "
@@ -335,10 +335,8 @@ class TrainConfig:
     model: str = "tiny"
     """``tiny`` (a random tiny model), ``smollm2`` or a local Hugging Face checkpoint."""
     model_options: dict[str, Any] = field(default_factory=dict)
-    """Used with ``model: tiny`` (as ``ray`` with ``runtime: ray``): keyword arguments of
-    :func:`sao_gym.models.tiny_model` (``hidden_size``, ``num_layers``, ``head_dim``,
-    ``vocab_size``). Its tokenizer is trained on a general corpus plus the environment's own
-    text (prompts, tool schemas, demonstrations)."""
+    """With ``model: tiny``: :func:`sao_gym.models.tiny_model`'s ``TINY_OPTIONS`` (its
+    tokenizer learns a general corpus plus the env's own text)."""
     chat_template: str | None = None
     """Replace the model's chat template: ``compact`` (one line per tool, ``name(arg)``
     calls: a fraction of the prompt tokens) or ``chatml`` (JSON tool schemas); null: keep."""
@@ -377,11 +375,9 @@ class TrainConfig:
                               f"{self.chat_template!r}")
         if self.env is not None and (not self.env or not isinstance(self.env, str)):
             raise ConfigError("env must be an environment id")
-        unknown = set(self.model_options) - {"hidden_size", "num_layers", "head_dim",
-                                             "vocab_size"}
+        unknown = sorted(set(self.model_options) - set(TINY_OPTIONS))
         if unknown:
-            raise ConfigError(f"model_options: unknown {sorted(unknown)}; valid: hidden_size, "
-                              "num_layers, head_dim, vocab_size")
+            raise ConfigError(f"model_options: unknown {unknown}; valid: {', '.join(TINY_OPTIONS)}")
         grouped = ALGORITHMS[self.algorithm].grouped
         if grouped and self.rollout.group_size < 2:
             raise ConfigError(f"{self.algorithm} needs rollout.group_size >= 2")
@@ -415,7 +411,7 @@ def _at_least(obj: Any, low: int, *names: str) -> None:
               CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
     for name in names:
         value = getattr(obj, name)
-        if value < low:
+        if value is not None and value < low:  # None: fitted or unset, checked where set
             raise ConfigError(f"{prefix}{name} must be >= {low}, got {value}")
 
 
