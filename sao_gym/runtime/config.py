@@ -76,8 +76,7 @@ class RolloutConfig:
     top_p: float = 1.0
     """Nucleus mass; training needs 1.0 (the learner cannot reproduce a nucleus exactly)."""
     max_context_tokens: int | None = 8192
-    """Token budget of a whole episode, the agent's context (null: fitted to the env, as
-    ``max_new_tokens``)."""
+    """Token budget of a whole episode, the agent's context (null: fitted, as above)."""
     max_episode_steps: int | None = None
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
@@ -237,8 +236,9 @@ class WarmStartConfig:
     """Stop once the policy would solve this share of held-out tasks (estimated by
     ``target_metric``); ``steps`` is then the maximum. None: run every step."""
     target_metric: str = "sampled"
-    """``"sampled"``: at temperature 1; ``"greedy"``: by greedy decoding (both
-    teacher-forced estimates, :func:`sao_gym.runtime.warmstart.holdout_success`)."""
+    """``"sampled"`` (temperature 1) or ``"greedy"``: :func:`~.warmstart.holdout_success`."""
+    min_sampled_success: float | None = None
+    """... and only once the sampled estimate is at least this (None: no floor)."""
     holdout_episodes: int = 64
     """Held-out demonstrations (tasks not trained on) for the early stop."""
     oracle: dict[str, Any] = field(default_factory=dict)
@@ -256,15 +256,15 @@ class WarmStartConfig:
         _at_least(self, 1, "episodes", "batch_size", "holdout_episodes")
         if not self.lr > 0:
             raise ConfigError(f"warm_start.lr must be > 0, got {self.lr}")
-        target = self.target_success
-        if target is not None and not 0.0 < target <= 1.0:
-            raise ConfigError(f"warm_start.target_success must be in (0, 1] or null, got {target}")
+        for name, ok, span in (("target_success", lambda v: 0 < v <= 1, "(0, 1]"),
+                               ("min_sampled_success", lambda v: 0 <= v <= 1, "[0, 1]"),
+                               ("label_smoothing", lambda v: 0 <= v < 1, "[0, 1)")):
+            if getattr(self, name) is not None and not ok(getattr(self, name)):
+                raise ConfigError(f"warm_start.{name} must be in {span} or null, got "
+                                  f"{getattr(self, name)}")
         if self.target_metric not in ("sampled", "greedy"):
             raise ConfigError(f"warm_start.target_metric must be 'sampled' or 'greedy', got "
                               f"{self.target_metric!r}")
-        if self.label_smoothing is not None and not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"warm_start.label_smoothing must be in [0, 1), got "
-                              f"{self.label_smoothing}")
 
 
 @dataclass(frozen=True)

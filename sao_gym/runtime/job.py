@@ -289,7 +289,7 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
     say(f"warm start: at most {ws.steps} supervised steps on {len(demos)} demonstrations")
 
     def report(s: SFTStep) -> None:
-        reached = s.holdout_success is not None and s.holdout_success >= target
+        reached = s.reached
         if s.step % every == 0 or s.step == ws.steps or reached:
             held = ("" if s.holdout_success is None
                     else f", held-out success {s.holdout_sampled:.3f} sampled / "
@@ -297,14 +297,16 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
             say(f"warm start step {s.step}/{ws.steps}: loss {s.loss:.3f}, "
                 f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
         if reached:
+            floor = ("" if ws.min_sampled_success is None
+                     else f" and sampled success the floor {ws.min_sampled_success}")
             say(f"warm start stopped: held-out {ws.target_metric} success reached the "
-                f"target {target}")
+                f"target {target}{floor}")
 
     return sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
                batch_size=ws.batch_size, warmup_steps=ws.steps // 20, seed=config.seed,
                callback=report, label_smoothing=ws.label_smoothing,
                holdout=holdout or None, target_success=target if holdout else None,
-               target_metric=ws.target_metric)
+               target_metric=ws.target_metric, min_sampled=ws.min_sampled_success)
 
 
 def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = None,

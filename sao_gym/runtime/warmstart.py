@@ -234,6 +234,8 @@ class SFTStep:
     """:func:`holdout_success`'s greedy estimate after this step (on check steps)."""
     holdout_sampled: float | None = None
     """:func:`holdout_success`'s sampled estimate after this step (on check steps)."""
+    reached: bool = False
+    """The early stop's condition held after this step: training ends here."""
 
 
 def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
@@ -397,6 +399,7 @@ def sft(
     holdout: Sequence[Rollout] | None = None,
     target_success: float | None = None,
     target_metric: str = "sampled",
+    min_sampled: float | None = None,
     check_every: int = 10,
 ) -> str:
     """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
@@ -423,7 +426,9 @@ def sft(
     and training stops once its ``target_metric`` estimate (``"sampled"``: at
     temperature 1, ``"greedy"``) reaches the target, so ``steps`` is then a
     maximum. A greedy target stops once the skill is there for most tasks
-    while sampling still errs: the headroom RL at temperature 1 can win. A warm
+    while sampling still errs: the headroom RL at temperature 1 can win;
+    ``min_sampled`` also holds it until the sampled estimate reaches that
+    floor, so that RL at temperature 1 sees enough successes to learn from. A warm
     start that should leave room for RL stops at a chosen level of skill
     rather than after a step count, which small models reach at very
     different times depending on their initialization.
@@ -444,6 +449,8 @@ def sft(
                              f"{target_metric!r}")
         if check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {check_every}")
+        if min_sampled is not None and not 0.0 <= min_sampled <= 1.0:
+            raise ValueError(f"min_sampled must be in [0, 1], got {min_sampled}")
         holdout = _check_demonstrations(holdout)
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -486,15 +493,17 @@ def sft(
                 estimates = holdout_success(model, holdout, pad_id=pad_id,
                                             max_tokens_per_microbatch=max_tokens_per_microbatch)
                 held = estimates[target_metric]
+            reached = held is not None and held >= target_success and (
+                min_sampled is None or estimates["sampled"] >= min_sampled)
             record = SFTStep(step, loss, accuracy, norm, step_lr,
                              sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held,
-                             estimates.get("greedy"), estimates.get("sampled"))
+                             estimates.get("greedy"), estimates.get("sampled"), reached)
             if callback is not None:
                 callback(record)
             if log_every and (step % log_every == 0 or step == steps):
                 logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
                             "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
-            if held is not None and held >= target_success:
+            if reached:
                 logger.info("sft: held-out %s success %.3f reached the target %.3f at step %d",
                             target_metric, held, target_success, step)
                 break

@@ -92,6 +92,7 @@ def test_yaml_file_and_round_trip(tmp_path):
     (["rollout.concurrency=0"], "rollout.concurrency must be >= 1"),
     (["checkpoint.keep=0"], "checkpoint.keep must be >= 1"),
     (["warm_start.target_success=2"], "warm_start.target_success must be in (0, 1]"),
+    (["warm_start.min_sampled_success=-0.1"], "warm_start.min_sampled_success must be in"),
     (["warm_start.target_metric=beam"], "warm_start.target_metric must be 'sampled' or 'greedy'"),
     (["learner.lr_warmup_steps=-1"], "lr_warmup_steps must be >= 0"),
     (["inference.backend=tgi"], "inference.backend must be one of"),

@@ -298,6 +298,19 @@ def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos,
     checks = [s for s in log if s.holdout_success is not None]
     assert checks[-1].holdout_greedy == checks[-1].holdout_success == 1.0 and log[-1].step < 60
     assert all(s.holdout_greedy < 1.0 for s in checks[:-1])
+    assert [s.step for s in log if s.reached] == [log[-1].step]
+    # ... and a sampled floor holds it until sampling reaches the floor too
+    greedy_stop, floor = log[-1].step, checks[-1].holdout_sampled + 0.05
+    log.clear()
+    sft(small_model, demos[:2], out_dir=tmp_path / "f", holdout=demos[:2], target_success=1.0,
+        target_metric="greedy", min_sampled=floor, callback=log.append, **kw)
+    checks = [s for s in log if s.holdout_success is not None]
+    assert log[-1].step > greedy_stop and log[-1].reached and log[-1].step < 60
+    assert checks[-1].holdout_greedy == 1.0 and checks[-1].holdout_sampled >= floor
+    assert not any(s.holdout_greedy == 1.0 and s.holdout_sampled >= floor for s in checks[:-1])
+    with pytest.raises(ValueError, match="min_sampled"):
+        sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
+            target_success=0.5, min_sampled=1.5, **kw)
     with pytest.raises(ValueError, match="target_metric"):
         sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
             target_success=0.5, target_metric="beam", **kw)
@@ -388,9 +401,10 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     seen = {}
 
     def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback,
-                 label_smoothing, holdout, target_success, target_metric):
+                 label_smoothing, holdout, target_success, target_metric, min_sampled):
         seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                    holdout=holdout, target=target_success, metric=target_metric)
+                    holdout=holdout, target=target_success, metric=target_metric,
+                    floor=min_sampled)
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
@@ -399,6 +413,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
                              "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
                              "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
                              "warm_start.target_metric=greedy", "seed=4", f"env={ENV_ID}",
+                             "warm_start.min_sampled_success=0.05",
                              "env_kwargs={max_value: 5}", "rollout.max_new_tokens=24",
                              "rollout.max_context_tokens=512", f"model={small_model}"])
     fitted, out = train_main.prepare(cfg, tmp_path)
@@ -413,6 +428,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     assert all(int(n) <= 5 for r in demos for n in re.findall(r"\d+", r.task_id))
     # the early stop sees rewarded demonstrations of other episodes (other env seeds)
     assert seen["target"] == 0.7 and seen["metric"] == "greedy" and len(seen["holdout"]) == 5
+    assert seen["floor"] == 0.05
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
