@@ -10,7 +10,11 @@ Two formats, tried in order:
    ``name(argument)`` naming a known tool, whose single argument goes to the
    tool's first required parameter (``submit(42)``, ``calculator(3*(4+5))``),
    as the JSON type the parameter declares when it parses as one (``42`` for
-   an integer parameter, ``"42"`` for a string one).
+   an integer parameter, ``"42"`` for a string one). A tool with several
+   parameters takes comma-separated arguments in the order its schema lists
+   them (the order the compact chat template shows: ``add(a, b)``), or by
+   name: ``add(7, 12)``, ``add(b=12, a=7)``; commas inside quotes or
+   brackets do not split.
 
 A block whose JSON is broken still becomes a tool call (with the raw text as
 ``arguments``) so the environment can tell the agent what went wrong.
@@ -115,9 +119,52 @@ def _plain_text_calls(
             kept.append(line)
             continue
         name, arg = m.group(1), m.group(2).strip()
-        if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
-            arg = arg[1:-1]
-        param = _first_param(by_name[name])
-        value = _typed(arg, by_name[name], param) if param else None
-        calls.append(_call(name, {param: value} if param else {}, len(calls), id_prefix))
+        calls.append(_call(name, _arguments(arg, by_name[name]), len(calls), id_prefix))
     return "\n".join(kept).strip(), calls
+
+
+def _unquoted(arg: str) -> str:
+    arg = arg.strip()
+    if len(arg) >= 2 and arg[0] == arg[-1] and arg[0] in "\"'":
+        return arg[1:-1]
+    return arg
+
+
+def _split_arguments(text: str) -> list[str]:
+    """``text`` cut at the commas outside quotes and brackets."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
+
+
+def _arguments(arg: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a plain-text call ``name(arg)`` (module docs)."""
+    props = list(schema.get("function", schema).get("parameters", {}).get("properties", {}))
+    param = _first_param(schema)
+    parts = _split_arguments(arg) if len(props) > 1 else [arg]
+    if not 1 < len(parts) <= len(props):  # one argument: the first required parameter
+        return {param: _typed(_unquoted(arg), schema, param)} if param else {}
+    out: dict[str, Any] = {}
+    positional = iter(props)
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if eq and key.strip() in props:
+            name, text = key.strip(), value
+        else:
+            name = next((p for p in positional if p not in out), None)
+            text = part
+            if name is None:
+                return {param: _typed(_unquoted(arg), schema, param)}
+        out[name] = _typed(_unquoted(text), schema, name)
+    return out

@@ -65,3 +65,31 @@ def test_plain_text_argument_takes_the_type_its_parameter_declares():
     for text, value in cases.items():
         _, calls = parse_tool_calls(text, tools)
         assert json.loads(calls[0]["function"]["arguments"]) == {"v": value}, text
+
+
+def test_plain_text_calls_of_tools_with_several_parameters():
+    """Positional in the schema's order (what the compact template lists) or by name."""
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"]}}}
+    move = {"type": "function", "function": {"name": "move", "parameters": {
+        "type": "object", "properties": {"src": {"type": "string"}, "dst": {"type": "string"},
+                                         "count": {"type": "integer"}}, "required": ["src"]}}}
+    python = {"type": "function", "function": {"name": "python", "parameters": {
+        "type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+    tools = [add, move, python]
+    cases = {
+        "add(7, 12)": {"a": 7, "b": 12},
+        "add(b=12, a=7)": {"a": 7, "b": 12},
+        "add(7, b=12)": {"a": 7, "b": 12},
+        "add(x, 3)": {"a": "x", "b": 3},  # not an integer: the env's schema check answers it
+        "move('a, b', \"c\")": {"src": "a, b", "dst": "c"},
+        "move(box, shelf, 3)": {"src": "box", "dst": "shelf", "count": 3},
+        "move([1, 2], {'k': 1})": {"src": "[1, 2]", "dst": "{'k': 1}"},
+        "move(crate)": {"src": "crate"},
+        "move(a, b, 1, 2)": {"src": "a, b, 1, 2"},  # more arguments than parameters: one
+        "python(print(1, 2))": {"code": "print(1, 2)"},  # one parameter: never split
+    }
+    for text, arguments in cases.items():
+        _, calls = parse_tool_calls(text, tools)
+        assert json.loads(calls[0]["function"]["arguments"]) == arguments, text
