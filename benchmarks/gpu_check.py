@@ -165,8 +165,10 @@ def learner_agreement(learner: Learner, prompts: list[list[int]],
                 for i, (p, g) in enumerate(zip(prompts, gens, strict=True))]
     diffs = []
     for mb in micro_batches(rollouts, 1 << 16, learner.pad_id):
-        lp = learner._logprobs(mb, learner._logits(mb)).double()
-        diffs.append((lp - mb.rollout_logprobs_BT.double())[mb.action_mask_BT > 0])
+        mb = learner.policy_engine.to_device(mb)
+        with torch.no_grad():
+            lp = learner.score(mb)[1].double()
+        diffs.append((lp - mb.rollout_logprobs_BT.double())[mb.action_mask_BT > 0].cpu())
     cfg = learner.config
     name = f"sampler vs learner ({cfg.dtype}, autocast {cfg.autocast})"
     return {"dtype": cfg.dtype, "autocast": cfg.autocast, **diff_stats(name, torch.cat(diffs))}

@@ -78,8 +78,7 @@ def bf16_logprob_error(path: str, rollouts: list[Rollout]) -> tuple[float, float
     with torch.no_grad():
         for mb in micro_batches(rollouts, 4096):
             mask = mb.action_mask_BT > 0
-            a = fp32._logprobs(mb, fp32._logits(mb))
-            b = bf16._logprobs(mb, bf16._logits(mb))
+            a, b = fp32.score(mb)[1], bf16.score(mb)[1]
             errs.append((a - b)[mask].abs())
     err = torch.cat(errs)
     return float(err.max()), float(err.mean())

@@ -3,7 +3,9 @@
 - :mod:`~sao_gym.learner.losses`: DIS, PPO clip, value loss, aggregations.
 - :mod:`~sao_gym.learner.advantages`: skip-observation GAE, length-adaptive
   lambda, GRPO normalisation, running-mean baseline, explained variance.
-- :mod:`~sao_gym.learner.algorithms`: the algorithms as records (torch-free).
+- :mod:`~sao_gym.learner.algorithms`: the algorithms as records of functions;
+  :mod:`~sao_gym.learner.estimators`: their advantage estimators.
+- :mod:`~sao_gym.learner.engine`: what touches devices and optimizers (one model).
 - :mod:`~sao_gym.learner.critic`: :class:`ValueModel`, frozen attention projections.
 - :mod:`~sao_gym.learner.batching`: micro-batches under a token budget, policy
   minibatches, logprobs at the sampling temperature.

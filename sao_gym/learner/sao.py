@@ -1,47 +1,50 @@
-"""The learner: SAO and its baselines over a batch of rollouts.
+"""The learner: one algorithm record, two model engines, one step over a batch of rollouts.
 
-``build_learner(algorithm, policy_path, config)`` picks, once, how advantages
-are estimated and which policy loss is used: the algorithm's record in
-:data:`sao_gym.learner.algorithms.ALGORITHMS` (sao, vapo, grpo, grpo_dis,
-running_mean; the table is there).
+``build_learner(algorithm, policy_path, config)`` loads the models and
+wraps each in a :class:`~sao_gym.learner.engine.LocalEngine`; the
+:class:`Learner` reads its :class:`~sao_gym.learner.algorithms.Algorithm`
+record (a built-in name, ``module:NAME``, or the record) and never checks a
+name: the record's estimator gives the advantages, its policy loss (with
+its band widths, unless ``learner.eps_low/eps_high`` set them) trains.
 
 One :meth:`Learner.update` is one learner step (``Learner.steps_done`` counts
-them: the unit of ``total_steps``, the lr schedule and the critic warm-up).
-It sets both learning rates for the step first, then, with a critic: values of
-the batch under the current critic -> GAE advantages (length-adaptive policy
-lambda) and returns (critic lambda, 1 by default) -> ``critic_updates`` critic
-optimizer steps on the whole batch -> the policy steps (none during the first
-``critic_warmup_steps`` steps). Advantages use the critic's values *before*
-this step's critic updates. With ``bootstrap_truncated`` a truncated rollout
-bootstraps from the critic's value *after* its last action token; by default
-it ends with its reward, like a terminated one.
+them: the unit of ``total_steps``, the lr schedule and the critic warm-up):
 
-The policy steps: the batch's rollouts are cut into ``policy_minibatches``
-contiguous parts, one policy optimizer step each (so one update adds at most
-``Learner.max_versions_per_step`` policy versions). Each part is
-micro-batched under the token budget on its own and gradients accumulate over
-its micro-batches; the loss denominators are the part's, so the result does
-not depend on the budget. PPO's old logprobs are those of the policy at the
-start of the step. A non-finite loss or gradient skips that optimizer step and
-leaves the weights untouched (``learner/skipped_steps``).
+1. both learning rates are set for the step;
+2. with a critic: ``critic_updates`` critic optimizer steps on the whole batch
+   towards skip-observation GAE returns (critic lambda, 1 by default); the
+   first update's forward pass gives the values the advantages are read
+   from (before any of this step's critic updates);
+3. the algorithm's advantages;
+4. the policy steps (none during the first ``critic_warmup_steps`` steps):
+   the rollouts are cut into ``policy_minibatches`` contiguous parts, one
+   optimizer step each (so one update adds at most
+   ``Learner.max_versions_per_step`` policy versions); each part is
+   micro-batched under the token budget on its own and gradients accumulate
+   over its micro-batches, the loss denominators being the part's. A ratio
+   against the old policy (``reference: old_policy``) uses the policy at the
+   start of the step.
 
-The GRPO algorithms normalise rewards within groups: rollouts sharing
-``Rollout.group_id`` (or ``task_id`` where ``group_id`` is None), each group
-exactly ``group_size`` rollouts of one task.
+A non-finite loss or gradient skips that optimizer step and leaves the
+weights untouched (``learner/skipped_steps``). With ``bootstrap_truncated``
+a truncated rollout bootstraps from the critic's value after its last action
+token; by default it ends with its reward, like a terminated one. Grouped
+algorithms train groups of exactly ``group_size`` rollouts of one task
+(``Rollout.group_id``, or ``task_id`` where it is None).
 
+Every tensor of the step lives on the engines' device: micro-batches are
+moved once, and losses, advantages and statistics are computed there.
 Logprobs (and the entropy metric) are those of ``softmax(logits / temperature)``
 with the sampler's ``temperature``, the distribution the tokens were drawn from.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
-import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -54,7 +57,7 @@ import torch.nn.functional as F
 from sao_gym.learner import advantages as adv_lib
 from sao_gym.learner import losses
 from sao_gym.learner.algorithms import ALGORITHMS as ALGORITHM_RECORDS
-from sao_gym.learner.algorithms import Algorithm
+from sao_gym.learner.algorithms import Algorithm, find_algorithm
 from sao_gym.learner.batching import (
     MicroBatch,
     first_scored_position,
@@ -65,19 +68,15 @@ from sao_gym.learner.batching import (
 )
 from sao_gym.learner.config import LearnerConfig
 from sao_gym.learner.critic import ValueModel, values_before
+from sao_gym.learner.engine import Engine, LocalEngine
+from sao_gym.learner.estimators import AdvantageBatch, group_key, skip_observation_targets
 from sao_gym.learner.schedule import lr_scale, warmup_scale
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
 
 ALGORITHMS = tuple(ALGORITHM_RECORDS)
-"""Algorithm names; each is an :class:`~sao_gym.learner.algorithms.Algorithm` record."""
-
-
-def _algorithm(name: str) -> Algorithm:
-    if name not in ALGORITHM_RECORDS:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {ALGORITHMS}")
-    return ALGORITHM_RECORDS[name]
+"""Built-in algorithm names; each is an :class:`~sao_gym.learner.algorithms.Algorithm`."""
 
 
 @dataclass
@@ -86,7 +85,6 @@ class _Metrics:
 
     sums: dict[str, float] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
-
     maxima: dict[str, float] = field(default_factory=dict)
 
     def add(self, stats: dict[str, Any], weight: float, prefix: str = "") -> None:
@@ -101,17 +99,6 @@ class _Metrics:
     def means(self) -> dict[str, float]:
         out = {k: self.sums[k] / max(self.weights[k], 1e-12) for k in self.sums}
         return {**out, **self.maxima}
-
-
-def _action_counts(mb: MicroBatch) -> torch.Tensor:
-    return mb.action_mask_BT.sum(-1)
-
-
-def _group_key(rollout: Rollout) -> tuple[str, Any]:
-    """The GRPO group of a rollout: its ``group_id``, else its ``task_id``."""
-    if rollout.group_id is not None:
-        return ("group", rollout.group_id)
-    return ("task", rollout.task_id)
 
 
 def _describe_group(key: tuple[str, Any]) -> str:
@@ -156,22 +143,31 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     return False
 
 
+def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> LocalEngine:
+    """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings."""
+    return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
+                       max_grad_norm=config.max_grad_norm, autocast=config.autocast,
+                       device=config.device)
+
+
 class Learner:
     """Trains a policy (and a critic, if the algorithm has one) from rollouts.
 
-    ``temperature`` is the sampler's temperature (> 0): the learner's
-    logprobs are those of ``softmax(logits / temperature)``, the distribution
-    the rollouts' tokens were sampled from (top-p < 1 is refused at config
-    time; the learner assumes none).
+    ``algorithm``: a name, ``module:NAME`` or an
+    :class:`~sao_gym.learner.algorithms.Algorithm`. ``policy`` and ``critic``
+    are :class:`~sao_gym.learner.engine.Engine` s (``critic`` None unless the
+    algorithm has one). ``temperature`` is the sampler's temperature (> 0):
+    the learner's logprobs are those of ``softmax(logits / temperature)``, the
+    distribution the rollouts' tokens were sampled from.
     """
 
-    def __init__(self, algorithm: str, policy: torch.nn.Module, critic: ValueModel | None,
+    def __init__(self, algorithm: str | Algorithm, policy: Engine, critic: Engine | None,
                  config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None,
                  total_steps: int | None = None, temperature: float = 1.0):
         lr_scale(0, total_steps, config.lr_schedule, config.lr_final_ratio)  # checks
-        spec = _algorithm(algorithm)
+        spec = find_algorithm(algorithm)
         if spec.critic != (critic is not None):
-            raise ValueError(f"algorithm {algorithm!r} "
+            raise ValueError(f"algorithm {spec.name!r} "
                              + ("needs a critic" if spec.critic else "takes no critic"))
         _check_temperature(temperature)
         if config.autocast is not None and not native_bf16(config.device):
@@ -179,15 +175,13 @@ class Learner:
                 "learner autocast %s on %s, which has no native bf16 (no AVX512-BF16/AMX): "
                 "expect training to be many times slower than float32", config.autocast,
                 config.device)
+        self.spec = spec
+        """The algorithm's record."""
+        self.algorithm = spec.name
         self.total_steps = total_steps
         """Length of the run in learner steps, for a decaying ``lr_schedule``."""
-        self.algorithm = algorithm
-        self.tokenizer = tokenizer
-        self.config = config
-        self.policy = policy
-        self._keeps_logits = "logits_to_keep" in inspect.signature(policy.forward).parameters
-        self.critic = critic
-        self.pad_id = pad_id
+        self.tokenizer, self.config, self.pad_id = tokenizer, config, pad_id
+        self.policy_engine, self.critic_engine = policy, critic
         self.temperature = float(temperature)
         """Sampling temperature the logprobs and the entropy metric are computed at."""
         self.steps_done = 0
@@ -198,25 +192,43 @@ class Learner:
         :attr:`max_versions_per_step` per learner step)."""
         self.skipped_steps = 0
         """Optimizer steps (policy or critic) skipped for a non-finite loss or gradient."""
-        dis = spec.dis
-        self._grouped = spec.grouped
-        eps_low = config.eps_low if config.eps_low is not None else (0.3 if dis else 0.2)
-        eps_high = config.eps_high if config.eps_high is not None else (5.0 if dis else 0.28)
-        loss_fn = losses.dis_policy_loss if dis else losses.ppo_clip_policy_loss
-        self._policy_loss: Callable[..., tuple[torch.Tensor, dict[str, Any]]] = partial(
-            loss_fn, eps_low=eps_low, eps_high=eps_high, aggregation=config.aggregation)
-        self._needs_old_logprobs = not dis
-        self.baseline = (adv_lib.RunningMeanBaseline(
-            config.running_mean_window, per_prompt=config.running_mean_per_prompt)
-            if spec.running_mean else None)
-        critic_lr = config.critic_lr or 5 * config.lr
-        self.policy_opt = self._optimizer(policy, config.lr)
-        self.critic_opt = self._optimizer(critic, critic_lr) if critic is not None else None
+        self.band = (spec.eps[0] if config.eps_low is None else config.eps_low,
+                     spec.eps[1] if config.eps_high is None else config.eps_high)
+        """``(eps_low, eps_high)`` of the policy loss and of the ``mismatch/`` metrics."""
+        self._policy_loss = partial(spec.policy_loss, eps_low=self.band[0],
+                                    eps_high=self.band[1], aggregation=config.aggregation)
+        self.state = spec.state(config) if spec.state is not None else None
+        """The algorithm's own state (``Algorithm.state``), saved in checkpoints."""
         # what lr_schedule scales, and the learner step each model's warm-up starts at
-        policy_start = config.critic_warmup_steps if critic is not None else 0
-        self._base_lrs = [(self.policy_opt, config.lr, policy_start)]
-        if self.critic_opt is not None:
-            self._base_lrs.append((self.critic_opt, critic_lr, 0))
+        self._base_lrs = [(policy, config.lr, config.critic_warmup_steps if critic else 0)]
+        if critic is not None:
+            self._base_lrs.append((critic, config.critic_lr or 5 * config.lr, 0))
+
+    # ----- the models, for callers that need them whole (tests, saving) -----
+    @property
+    def policy(self) -> Any:
+        """The policy model (the policy engine's module)."""
+        return self.policy_engine.module
+
+    @property
+    def critic(self) -> Any:
+        """The critic model, or None."""
+        return self.critic_engine.module if self.critic_engine is not None else None
+
+    @property
+    def policy_opt(self) -> Any:
+        """The policy engine's optimizer."""
+        return self.policy_engine.optimizer
+
+    @property
+    def critic_opt(self) -> Any:
+        """The critic engine's optimizer, or None."""
+        return self.critic_engine.optimizer if self.critic_engine is not None else None
+
+    @property
+    def baseline(self) -> Any:
+        """The running-mean baseline, for the algorithm whose state it is (else None)."""
+        return self.state if isinstance(self.state, adv_lib.RunningMeanBaseline) else None
 
     @property
     def max_versions_per_step(self) -> int:
@@ -229,48 +241,26 @@ class Learner:
         Tensors are live references to the parameters: copy or send them
         before the next :meth:`update`.
         """
-        return self.policy.state_dict()
-
-    def _set_lr(self) -> float:
-        """Apply this step's schedule (and warm-up) to both optimizers; returns the policy lr."""
-        c = self.config
-        scale = lr_scale(self.steps_done, self.total_steps, c.lr_schedule, c.lr_final_ratio)
-        rates = []
-        for opt, base, start in self._base_lrs:
-            rate = base * scale * warmup_scale(self.steps_done - start, c.lr_warmup_steps)
-            for group in opt.param_groups:
-                group["lr"] = rate
-            rates.append(rate)
-        return rates[0]
-
-    def _optimizer(self, model: torch.nn.Module, lr: float) -> torch.optim.Optimizer:
-        params = [p for p in model.parameters() if p.requires_grad]
-        return torch.optim.AdamW(params, lr=lr, weight_decay=self.config.weight_decay)
+        return self.policy_engine.weights()
 
     # ----- the step -----
     def update(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
-        """One learner step on ``rollouts``; returns its metrics."""
+        """One learner step on ``rollouts``; returns its metrics (module docs)."""
         start = time.perf_counter()
         self._check(rollouts)
-        # Both schedules move together: this step's rates are set before either model trains.
         metrics: dict[str, float] = {"learner/lr": self._set_lr()}
-        mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
-        critic_start = time.perf_counter()
-        if self.critic is not None:
-            advantages, returns, values, critic_metrics = self._critic_step(rollouts, mbs)
-            ev = _explained_variance(values, returns, mbs)
-            if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
-                metrics["critic/explained_variance"] = ev
+        mbs = self._micro_batches(rollouts)
+        critic_start, values_after = time.perf_counter(), None
+        if self.critic_engine is not None:
+            values_after, critic_metrics = self._train_critic(rollouts, mbs)
             metrics.update(critic_metrics)
-        else:
-            advantages = self._outcome_advantages(rollouts, mbs)
+        advantages = self.spec.advantages(AdvantageBatch(rollouts, mbs, self.config,
+                                                         values_after, self.state))
         policy_start = time.perf_counter()
-        train_policy = self.critic is None or self.steps_done >= self.config.critic_warmup_steps
+        train_policy = self.steps_done >= self._base_lrs[0][2]
         if train_policy:
             metrics.update(self._train_policy(rollouts, _per_rollout(advantages, mbs, rollouts)))
         self.steps_done += 1
-        metrics["learner/critic_time_s"] = policy_start - critic_start
-        metrics["learner/policy_time_s"] = time.perf_counter() - policy_start
         adv_all = torch.cat([a[mb.action_mask_BT > 0] for a, mb in zip(advantages, mbs,
                                                                            strict=True)])
         metrics.update({
@@ -282,9 +272,27 @@ class Learner:
             "learner/policy_updated": float(train_policy),
             "learner/steps_done": float(self.steps_done),
             "learner/policy_version": float(self.policy_version),
+            "learner/critic_time_s": policy_start - critic_start,
+            "learner/policy_time_s": time.perf_counter() - policy_start,
             "learner/step_time_s": time.perf_counter() - start,
         })
         return metrics
+
+    def _micro_batches(self, rollouts: Sequence[Rollout], subset: Sequence[int] | None = None
+                       ) -> list[MicroBatch]:
+        """The rollouts micro-batched under the token budget, on the policy's device."""
+        return [self.policy_engine.to_device(mb) for mb in micro_batches(
+            rollouts, self.config.max_tokens_per_microbatch, self.pad_id, subset=subset)]
+
+    def _set_lr(self) -> float:
+        """Apply this step's schedule (and warm-up) to both engines; returns the policy lr."""
+        c = self.config
+        scale = lr_scale(self.steps_done, self.total_steps, c.lr_schedule, c.lr_final_ratio)
+        rates = []
+        for engine, base, start in self._base_lrs:
+            rates.append(base * scale * warmup_scale(self.steps_done - start, c.lr_warmup_steps))
+            engine.set_lr(rates[-1])
+        return rates[0]
 
     def _check(self, rollouts: Sequence[Rollout]) -> None:
         if not rollouts:
@@ -292,140 +300,96 @@ class Learner:
         bad = [i for i, r in enumerate(rollouts) if r.infra_failure]
         if bad:
             raise ValueError(f"rollouts {bad} are infra failures: exclude them from training")
-        if self._grouped:
-            sizes: dict[tuple[str, Any], int] = {}
-            tasks: dict[tuple[str, Any], set[str]] = {}
-            for r in rollouts:
-                key = _group_key(r)
-                sizes[key] = sizes.get(key, 0) + 1
-                tasks.setdefault(key, set()).add(r.task_id)
-            mixed = {_describe_group(k): sorted(t) for k, t in tasks.items() if len(t) > 1}
-            if mixed:
-                raise ValueError(f"{self.algorithm}: a group must hold rollouts of one task; "
-                                 f"got {mixed}")
-            wrong = {_describe_group(k): n for k, n in sizes.items()
-                     if n != self.config.group_size}
-            if wrong:
-                raise ValueError(
-                    f"{self.algorithm} needs groups of {self.config.group_size} rollouts "
-                    f"(grouped by Rollout.group_id, or task_id where group_id is None); "
-                    f"got sizes {wrong}")
+        if not self.spec.grouped:
+            return
+        sizes: dict[tuple[str, Any], int] = {}
+        tasks: dict[tuple[str, Any], set[str]] = {}
+        for r in rollouts:
+            key = group_key(r)
+            sizes[key] = sizes.get(key, 0) + 1
+            tasks.setdefault(key, set()).add(r.task_id)
+        mixed = {_describe_group(k): sorted(t) for k, t in tasks.items() if len(t) > 1}
+        if mixed:
+            raise ValueError(f"{self.algorithm}: a group must hold rollouts of one task; "
+                             f"got {mixed}")
+        wrong = {_describe_group(k): n for k, n in sizes.items() if n != self.config.group_size}
+        if wrong:
+            raise ValueError(
+                f"{self.algorithm} needs groups of {self.config.group_size} rollouts "
+                f"(grouped by Rollout.group_id, or task_id where group_id is None); "
+                f"got sizes {wrong}")
 
-    # ----- advantages -----
-    def _outcome_advantages(self, rollouts, mbs) -> list[torch.Tensor]:
-        rewards = torch.tensor([r.reward for r in rollouts], dtype=torch.float32)
-        if self.baseline is not None:
-            per_rollout = torch.tensor(self.baseline.advantages(
-                [r.task_id for r in rollouts], rewards.tolist()), dtype=torch.float32)
-        else:
-            ids = {k: i for i, k in enumerate(dict.fromkeys(_group_key(r) for r in rollouts))}
-            group = torch.tensor([ids[_group_key(r)] for r in rollouts])
-            per_rollout = adv_lib.group_normalized_advantages(rewards, group)
-        return [per_rollout[mb.indices][:, None] * mb.action_mask_BT for mb in mbs]
+    # ----- the critic -----
+    def _train_critic(self, rollouts: Sequence[Rollout], mbs: Sequence[MicroBatch]
+                      ) -> tuple[list[torch.Tensor], dict[str, float]]:
+        """``critic_updates`` critic optimizer steps; ``(values_after per mb, metrics)``.
 
-    def _gae(self, rollouts, mb: MicroBatch, after_BT: torch.Tensor):
-        """``(advantages, returns, values)`` of one micro-batch from ``values_after`` (detached).
-
-        Policy lambda for the advantages, critic lambda for the returns; with
-        ``bootstrap_truncated`` a truncated rollout bootstraps from the value
-        after its last action token (else from 0, like a terminated one).
+        The values are those of the first update's forward pass (no weight
+        changes until every micro-batch has been through it), so the
+        pre-update values cost no pass of their own. Metrics are means over
+        the updates.
         """
-        cfg = self.config
-        mask = mb.action_mask_BT
-        v = values_before(after_BT) * mask
-        truncated = torch.tensor([cfg.bootstrap_truncated and rollouts[i].truncated
-                                  for i in mb.indices])
-        last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
-        # V after the last action token (the full prefix through it), not V before it.
-        after_last_B = after_BT.gather(1, last_B[:, None]).squeeze(1)
-        bootstrap = torch.where(truncated, after_last_B, 0.0)
-        lam = adv_lib.length_adaptive_lambda(_action_counts(mb), cfg.lambda_alpha)
-        a, _ = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
-                                            lam=lam, bootstrap_B=bootstrap)
-        _, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=cfg.gamma,
-                                              lam=cfg.critic_lambda, bootstrap_B=bootstrap)
-        return a, ret, v
-
-    def _values_after(self, mb: MicroBatch) -> torch.Tensor:
-        """The critic's ``values_after_BT`` of a micro-batch (:mod:`~sao_gym.learner.critic`)."""
-        assert self.critic is not None
-        dev = self.config.device
-        with self._autocast():
-            return self.critic.values_after(mb.input_ids_BT.to(dev),
-                                            mb.attention_mask_BT.to(dev)).float().cpu()
-
-    def _critic_step(self, rollouts, mbs):
-        """Pre-update values -> GAE, then ``critic_updates`` critic optimizer steps.
-
-        Returns ``(advantages, returns, values, metrics)`` per micro-batch. The
-        first update's forward pass is the one the advantages are read from (no
-        weight changes until every micro-batch has been through it), so the
-        pre-update values cost no pass of their own. Metrics are means over the
-        updates.
-        """
-        assert self.critic is not None and self.critic_opt is not None
-        updates = self.config.critic_updates
-        advantages, returns, values = [], [], []
+        engine, c = self.critic_engine, self.config
+        assert engine is not None
+        updates = c.critic_updates
+        after_all: list[torch.Tensor] = []
+        returns: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
         n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
         n_seq = float(sum(len(mb.indices) for mb in mbs))
-        self.critic.train()
+        engine.train()
         m = _Metrics()  # identical weights in every update: a mean of the updates' means
         totals, norms = [], []
         for epoch in range(max(updates, 1)):
             total = 0.0
             for j, mb in enumerate(mbs):
                 with torch.set_grad_enabled(updates > 0):
-                    after_BT = self._values_after(mb)
+                    after_BT = engine.forward(mb.input_ids_BT, mb.attention_mask_BT,
+                                              method="values_after").float()
                 if epoch == 0:
-                    for out, x in zip((advantages, returns, values),
-                                      self._gae(rollouts, mb, after_BT.detach()), strict=True):
-                        out.append(x)
+                    after_all.append(after_BT.detach())
+                    _, ret, v = skip_observation_targets(
+                        rollouts, mb, after_BT.detach(), gamma=c.gamma, lam=c.critic_lambda,
+                        bootstrap_truncated=c.bootstrap_truncated)
+                    returns.append(ret)
+                    values.append(v)
                 if updates == 0:
                     continue
                 loss, stats = losses.value_loss(
                     values_before(after_BT), returns[j], mb.action_mask_BT,
-                    old_values_BT=values[j], clip=self.config.value_clip,
-                    aggregation=self.config.aggregation, num_tokens=n_tok, num_seqs=n_seq)
+                    old_values_BT=values[j], clip=c.value_clip, aggregation=c.aggregation,
+                    num_tokens=n_tok, num_seqs=n_seq)
                 value = float(loss.detach())
                 total += value
                 if math.isfinite(value):
-                    loss.backward()
+                    engine.backward(loss)
                 m.add(stats, float(mb.action_mask_BT.sum()), "critic/")
             if updates:
-                norms.append(self._optimizer_step(self.critic, self.critic_opt,
-                                                  finite=math.isfinite(total)))
+                norms.append(self._step(engine, finite=math.isfinite(total)))
                 totals.append(total)
         metrics = ({"loss/value": sum(totals) / len(totals),
                     "critic/grad_norm": sum(norms) / len(norms), **m.means()} if updates else {})
-        return advantages, returns, values, metrics
+        ev = _explained_variance(values, returns, mbs)
+        if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
+            metrics["critic/explained_variance"] = ev
+        return after_all, metrics
 
-    def _logits(self, mb: MicroBatch) -> tuple[torch.Tensor, int]:
-        """``(logits, start)``: the policy's logits at positions ``start .. T-1``.
+    # ----- the policy -----
+    def score(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(logits, logprobs [B, T], start)``: the policy's scores of a micro-batch.
 
+        On the policy's device (``mb`` is moved there), at the sampler's temperature.
         Only the positions that score action tokens are kept (``logits_to_keep``,
-        where the model has it): the LM head and the softmax skip the prompt.
+        where the model has it): the LM head and the softmax skip the prompt;
+        logprobs before ``start`` are 0.
         """
-        dev, start, keep = self.config.device, 0, {}
-        if self._keeps_logits:
+        mb, start, keep = self.policy_engine.to_device(mb), 0, {}
+        if self.policy_engine.keeps_logits:
             start = first_scored_position(mb)
             keep = {"logits_to_keep": mb.input_ids_BT.shape[1] - start}
-        with self._autocast():
-            logits = self.policy(input_ids=mb.input_ids_BT.to(dev),
-                                 attention_mask=mb.attention_mask_BT.to(dev), **keep).logits
-        return logits, start
-
-    def _autocast(self):
-        """``torch.autocast`` to ``config.autocast`` (a no-op when it is None)."""
-        dtype = self.config.autocast
-        return torch.autocast(device_type=torch.device(self.config.device).type,
-                              dtype=getattr(torch, dtype or "bfloat16"),
-                              enabled=dtype is not None)
-
-    def _logprobs(self, mb: MicroBatch, scored: tuple[torch.Tensor, int]) -> torch.Tensor:
-        """``[B, T]`` logprobs of a micro-batch's tokens from :meth:`_logits` (0 before start)."""
-        logits, start = scored
-        return token_logprobs(logits, mb.input_ids_BT.to(logits.device), self.temperature,
-                              start).cpu()
+        logits = self.policy_engine.forward(input_ids=mb.input_ids_BT,
+                                            attention_mask=mb.attention_mask_BT, **keep).logits
+        return logits, token_logprobs(logits, mb.input_ids_BT, self.temperature, start), start
 
     def _train_policy(self, rollouts: Sequence[Rollout],
                       advantages: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -434,20 +398,18 @@ class Learner:
         ``loss/policy`` and ``policy/grad_norm`` are means over the minibatches;
         the other statistics are token-weighted over the whole batch.
         """
-        cfg = self.config
-        self.policy.train()
-        parts = [micro_batches(rollouts, cfg.max_tokens_per_microbatch, self.pad_id, subset=p)
-                 for p in split_minibatches(len(rollouts), cfg.policy_minibatches)]
+        self.policy_engine.train()
+        parts = [self._micro_batches(rollouts, p)
+                 for p in split_minibatches(len(rollouts), self.config.policy_minibatches)]
         reference: list[list[torch.Tensor | None]] = [
             [mb.rollout_logprobs_BT for mb in part] for part in parts]
-        if self._needs_old_logprobs:
-            # PPO's old policy is the one at the start of the step. The first part is
+        if self.spec.reference == "old_policy":
+            # The old policy is the one at the start of the step. The first part is
             # trained before any weight changes, so its own forward (detached) is that
             # policy (None below); later parts need a pass before the first step.
             with torch.no_grad():
                 reference = [[None] * len(parts[0])] + [
-                    [self._logprobs(mb, self._logits(mb)) for mb in part]
-                    for part in parts[1:]]
+                    [self.score(mb)[1] for mb in part] for part in parts[1:]]
         m = _Metrics()
         part_losses, norms = [], []
         for part, part_reference in zip(parts, reference, strict=True):
@@ -456,89 +418,79 @@ class Learner:
             part_loss = 0.0
             for mb, ref in zip(part, part_reference, strict=True):
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
-                logits, start = scored = self._logits(mb)
-                logprobs = self._logprobs(mb, scored)
+                logits, logprobs, start = self.score(mb)
                 ref = logprobs.detach() if ref is None else ref
-                loss, stats = self._policy_loss(logprobs, ref, adv_BT,
-                                                mb.action_mask_BT, num_tokens=n_tok,
-                                                num_seqs=n_seq)
+                loss, stats = self._policy_loss(logprobs, ref, adv_BT, mb.action_mask_BT,
+                                                num_tokens=n_tok, num_seqs=n_seq)
                 value = float(loss.detach())
                 part_loss += value
                 if math.isfinite(value):
-                    loss.backward()
+                    self.policy_engine.backward(loss)
                 weight = float(mb.action_mask_BT.sum())
                 m.add(stats, weight, "sao/")
-                m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT,
-                                              mb.action_mask_BT), weight, "mismatch/")
-                entropy = mean_entropy(logits, mb.action_mask_BT.to(logits.device),
-                                       self.temperature, start)
-                m.add({"entropy": entropy}, weight, "policy/")
-            norms.append(self._optimizer_step(self.policy, self.policy_opt,
-                                              finite=math.isfinite(part_loss)))
+                m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT, mb.action_mask_BT,
+                                              eps_low=self.band[0], eps_high=self.band[1]),
+                      weight, "mismatch/")
+                m.add({"entropy": mean_entropy(logits, mb.action_mask_BT, self.temperature,
+                                               start)}, weight, "policy/")
+            norms.append(self._step(self.policy_engine, finite=math.isfinite(part_loss)))
             part_losses.append(part_loss)
         return {"loss/policy": sum(part_losses) / len(part_losses),
                 "policy/grad_norm": sum(norms) / len(norms), **m.means()}
 
-    def _optimizer_step(self, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                        *, finite: bool) -> float:
-        params = [p for p in model.parameters() if p.requires_grad and p.grad is not None]
-        max_norm = self.config.max_grad_norm or float("inf")
-        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
-        if finite and math.isfinite(norm):
-            opt.step()
-            if model is self.policy:
-                self.policy_version += 1
-        else:
+    def _step(self, engine: Engine, *, finite: bool) -> float:
+        """One optimizer step of ``engine``, counted; its gradient norm."""
+        norm, stepped = engine.step(finite=finite)
+        if not stepped:
             self.skipped_steps += 1
-            logger.warning("non-finite %s; optimizer step skipped",
-                           "loss" if not finite else f"gradient norm ({norm})")
-        opt.zero_grad(set_to_none=True)
+        elif engine is self.policy_engine:
+            self.policy_version += 1
         return norm
 
     # ----- critic pre-training -----
     def pretrain_critic(self, rollouts: Sequence[Rollout], steps: int) -> list[float]:
         """Fit the critic alone on ``rollouts`` for ``steps`` steps; returns EV per step."""
-        if self.critic is None:
+        if self.critic_engine is None:
             raise ValueError(f"algorithm {self.algorithm!r} has no critic to pre-train")
         self._check(rollouts)
         self._set_lr()
-        mbs = micro_batches(rollouts, self.config.max_tokens_per_microbatch, self.pad_id)
-        history = []
-        for _ in range(steps):
-            _, returns, values, _ = self._critic_step(rollouts, mbs)
-            history.append(_explained_variance(values, returns, mbs))
-        return history
+        mbs = self._micro_batches(rollouts)
+        return [self._train_critic(rollouts, mbs)[1].get("critic/explained_variance", math.nan)
+                for _ in range(steps)]
 
     # ----- checkpoints -----
-    def save_models(self, path: str | os.PathLike[str]) -> None:
-        """Write ``path/policy`` (HF format, with the tokenizer) and ``path/critic``.
+    def save_policy(self, path: str | Path) -> None:
+        """Write the policy (HF format) with its tokenizer to ``path``: servable, trainable."""
+        self.policy_engine.save(path)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(path))
 
-        ``path/policy`` can be served (``HFBackend``) or trained on; pass
-        ``critic_path=path/"critic"`` to :func:`build_learner` to reuse the critic.
+    def save_models(self, path: str | Path) -> None:
+        """Write ``path/policy`` (:meth:`save_policy`) and ``path/critic``.
+
+        Pass ``critic_path=path/"critic"`` to :func:`build_learner` to reuse the critic.
         """
         path = Path(path)
-        self.policy.save_pretrained(str(path / "policy"))
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(str(path / "policy"))
-        if self.critic is not None:
-            self.critic.save_pretrained(path / "critic")
+        self.save_policy(path / "policy")
+        if self.critic_engine is not None:
+            self.critic_engine.save(path / "critic")
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: models, optimizers, counters, baseline, RNG.
+        """Everything needed to resume: models, optimizers, counters, algorithm state, RNG.
 
         Like ``nn.Module.state_dict``, tensors are references to live state:
         serialise (``torch.save``) before training on.
         """
+        policy = self.policy_engine.state_dict()
+        critic = self.critic_engine.state_dict() if self.critic_engine is not None else {}
         return {
             "algorithm": self.algorithm,
-            "policy": self.policy.state_dict(),
-            "policy_opt": self.policy_opt.state_dict(),
-            "critic": self.critic.state_dict() if self.critic is not None else None,
-            "critic_opt": self.critic_opt.state_dict() if self.critic_opt else None,
+            "policy": policy["model"], "policy_opt": policy["optimizer"],
+            "critic": critic.get("model"), "critic_opt": critic.get("optimizer"),
             "steps_done": self.steps_done,
             "policy_version": self.policy_version,
             "skipped_steps": self.skipped_steps,
-            "baseline": self.baseline.state_dict() if self.baseline else None,
+            "baseline": self.state.state_dict() if self.state is not None else None,
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                     "numpy": np.random.get_state()},
         }
@@ -547,13 +499,13 @@ class Learner:
         """Restore :meth:`state_dict`."""
         if state["algorithm"] != self.algorithm:
             raise ValueError(f"checkpoint is for {state['algorithm']!r}, not {self.algorithm!r}")
-        self.policy.load_state_dict(state["policy"])
-        self.policy_opt.load_state_dict(state["policy_opt"])
-        if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-            self.critic_opt.load_state_dict(state["critic_opt"])
-        if self.baseline is not None:
-            self.baseline.load_state_dict(state["baseline"])
+        self.policy_engine.load_state_dict({"model": state["policy"],
+                                            "optimizer": state["policy_opt"]})
+        if self.critic_engine is not None:
+            self.critic_engine.load_state_dict({"model": state["critic"],
+                                                "optimizer": state["critic_opt"]})
+        if self.state is not None:
+            self.state.load_state_dict(state["baseline"])
         # "step": the name of steps_done in checkpoints written before the rename
         self.steps_done = state["steps_done"] if "steps_done" in state else state["step"]
         self.policy_version = state["policy_version"]
@@ -570,31 +522,31 @@ def _explained_variance(values, returns, mbs) -> float:
     return float(adv_lib.explained_variance(v[None], r[None], mask[None]))
 
 
-def build_learner(algorithm: str, policy_path: str, config: LearnerConfig | None = None,
-                  *, critic_path: str | None = None, total_steps: int | None = None,
-                  temperature: float = 1.0) -> Learner:
-    """Load the policy (and critic, for ``sao``/``vapo``) from ``policy_path``.
+def build_learner(algorithm: str | Algorithm, policy_path: str,
+                  config: LearnerConfig | None = None, *, critic_path: str | None = None,
+                  total_steps: int | None = None, temperature: float = 1.0) -> Learner:
+    """Load the policy (and the critic, for an algorithm with one) from ``policy_path``.
 
-    The critic starts from the policy checkpoint with a fresh head, or from a
-    critic saved by :meth:`Learner.save_models` (``critic_path``).
-    ``total_steps`` (the run's length in learner steps) is needed by a decaying
-    ``lr_schedule``. ``temperature`` is the sampler's temperature (> 0): the
-    learner scores tokens under ``softmax(logits / temperature)``.
+    Each model goes into a :class:`~sao_gym.learner.engine.LocalEngine` on
+    ``config.device``. The critic starts from the policy checkpoint with a
+    fresh head, or from a critic saved by :meth:`Learner.save_models`
+    (``critic_path``). ``total_steps`` (the run's length in learner steps) is
+    needed by a decaying ``lr_schedule``. ``temperature`` is the sampler's
+    temperature (> 0): the learner scores tokens under ``softmax(logits / temperature)``.
     """
     from sao_gym.models import load_policy
 
-    spec = _algorithm(algorithm)
+    spec = find_algorithm(algorithm)
     _check_temperature(temperature)  # before loading any model
     config = config or LearnerConfig()
     torch.manual_seed(config.seed)
     policy, tokenizer = load_policy(policy_path, device=config.device, dtype=config.dtype)
     critic = None
     if spec.critic:
-        critic = ValueModel.from_pretrained(critic_path or policy_path,
-                                            freeze=config.critic_freeze,
-                                            dtype=getattr(torch, config.dtype),
-                                            device=config.device, seed=config.seed,
-                                            num_layers=config.critic_layers)
+        critic = local_engine(ValueModel.from_pretrained(
+            critic_path or policy_path, freeze=config.critic_freeze,
+            dtype=getattr(torch, config.dtype), device=config.device, seed=config.seed,
+            num_layers=config.critic_layers), config, config.critic_lr or 5 * config.lr)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Learner(algorithm, policy, critic, config, pad_id=pad, tokenizer=tokenizer,
-                   total_steps=total_steps, temperature=temperature)
+    return Learner(spec, local_engine(policy, config, config.lr), critic, config, pad_id=pad,
+                   tokenizer=tokenizer, total_steps=total_steps, temperature=temperature)

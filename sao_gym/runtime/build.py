@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import sao_gym
-from sao_gym.learner.algorithms import ALGORITHMS
+from sao_gym.learner.algorithms import find_algorithm
 from sao_gym.runtime.config import ConfigError, TrainConfig, save_config
 from sao_gym.runtime.source import RolloutSource
 
@@ -102,7 +102,7 @@ def check_setup(config: TrainConfig) -> None:
 
 def learner_config(config: TrainConfig) -> Any:
     """The learner's config, with the group size of grouped algorithms taken from rollout."""
-    if ALGORITHMS[config.algorithm].grouped:
+    if find_algorithm(config.algorithm).grouped:
         return dataclasses.replace(config.learner, group_size=config.rollout.group_size)
     return config.learner
 

@@ -62,9 +62,7 @@ class CheckpointManager:
         tmp = self.dir / f".tmp-step_{step:07d}-{os.getpid()}"
         tmp.mkdir()
         torch.save(learner.state_dict(), tmp / "learner.pt")
-        learner.policy.save_pretrained(str(tmp / "policy"))
-        if getattr(learner, "tokenizer", None) is not None:
-            learner.tokenizer.save_pretrained(str(tmp / "policy"))
+        learner.save_policy(tmp / "policy")
         (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
         fsync_tree(tmp)
         if final.exists():

@@ -39,7 +39,6 @@ from typing import Any
 
 import yaml
 
-from sao_gym.learner.algorithms import ALGORITHMS
 from sao_gym.learner.config import LearnerConfig
 
 MODES = ("async", "sync")
@@ -320,7 +319,7 @@ class TrainConfig:
     """Everything ``sao-gym train`` needs (see the module docs for the layout)."""
 
     algorithm: str = "sao"
-    """sao, vapo, grpo, grpo_dis or running_mean."""
+    """sao, vapo, grpo, grpo_dis, running_mean, or ``module:NAME`` (your own record)."""
     mode: str = "async"
     """async (each rollout trains as soon as a batch is in) or sync (the batch baseline:
     generate a batch, wait for the slowest episode, train; staleness 0)."""
@@ -362,9 +361,11 @@ class TrainConfig:
     """Metric loggers."""
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {tuple(ALGORITHMS)}, got "
-                              f"{self.algorithm!r}")
+        from sao_gym.learner.algorithms import find_algorithm  # its losses need torch
+        try:
+            grouped = find_algorithm(self.algorithm).grouped
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.runtime not in RUNTIMES:
@@ -378,7 +379,6 @@ class TrainConfig:
         unknown = sorted(set(self.model_options) - set(TINY_OPTIONS))
         if unknown:
             raise ConfigError(f"model_options: unknown {unknown}; valid: {', '.join(TINY_OPTIONS)}")
-        grouped = ALGORITHMS[self.algorithm].grouped
         if grouped and self.rollout.group_size < 2:
             raise ConfigError(f"{self.algorithm} needs rollout.group_size >= 2")
         if not grouped and self.rollout.group_size != 1:

@@ -11,7 +11,7 @@ import torch
 from sao_gym.learner import losses
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
-from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
+from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner, local_engine
 from sao_gym.models import load_policy
 from tests.learner.helpers import random_multiturn, sampler_logprobs, segments_rollout, table_critic
 
@@ -118,8 +118,9 @@ def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
                                0.3 if dis else 0.2, 5.0 if dis else 0.28, use_sampler=dis)
     with torch.no_grad():  # the sampler mismatch the step reports, from its starting policy
         (mb,) = micro_batches(rollouts, 1 << 16, learner.pad_id)
-        mismatch = losses.sampler_mismatch(learner._logprobs(mb, learner._logits(mb)),
-                                           mb.rollout_logprobs_BT, mb.action_mask_BT)
+        mismatch = losses.sampler_mismatch(learner.score(mb)[1],
+                                           mb.rollout_logprobs_BT, mb.action_mask_BT,
+                                           eps_low=learner.band[0], eps_high=learner.band[1])
     metrics = learner.update(rollouts)
     assert metrics["mismatch/approx_kl"] == pytest.approx(float(mismatch["approx_kl"]),
                                                           rel=1e-4, abs=1e-8)
@@ -317,7 +318,9 @@ def test_more_minibatches_than_rollouts_gives_one_step_per_rollout(tiny_model_pa
 def _table_learner(tiny_model_path, table, **cfg):
     policy, tok = load_policy(tiny_model_path)
     config = LearnerConfig(critic_warmup_steps=10, max_grad_norm=None, **cfg)
-    return Learner("sao", policy, table_critic(table), config, pad_id=tok.pad_token_id)
+    return Learner("sao", local_engine(policy, config, config.lr),
+                   local_engine(table_critic(table), config, 5 * config.lr), config,
+                   pad_id=tok.pad_token_id)
 
 
 @pytest.mark.parametrize("truncated, bootstrap", [(True, True), (False, True), (True, False)])
@@ -396,7 +399,8 @@ def test_temperature_must_be_positive(tiny_model_path, temperature):
         build_learner("sao", tiny_model_path, temperature=temperature)
     policy, _ = load_policy(tiny_model_path)
     with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
-        Learner("grpo", policy, None, LearnerConfig(), temperature=temperature)
+        Learner("grpo", local_engine(policy, LearnerConfig(), 1e-6), None, LearnerConfig(),
+                temperature=temperature)
 
 
 def test_ppo_old_logprobs_use_the_temperature(tiny_model_path):
@@ -471,13 +475,14 @@ async def test_counters_weights_and_the_old_checkpoint_key(tiny_model_path):
 
 
 def test_learner_refuses_a_missing_or_unexpected_critic(tiny_model_path):
-    policy, _ = load_policy(tiny_model_path)
+    config = LearnerConfig()
+    policy = local_engine(load_policy(tiny_model_path)[0], config, config.lr)
     with pytest.raises(ValueError, match="needs a critic"):
-        Learner("sao", policy, None, LearnerConfig())
+        Learner("sao", policy, None, config)
     with pytest.raises(ValueError, match="takes no critic"):
-        Learner("grpo", policy, table_critic({}), LearnerConfig())
+        Learner("grpo", policy, local_engine(table_critic({}), config, config.lr), config)
     with pytest.raises(ValueError, match="unknown algorithm"):
-        Learner("ppo", policy, None, LearnerConfig())
+        Learner("ppo", policy, None, config)
 
 
 # ---------- cost per sample ----------
@@ -540,10 +545,12 @@ def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, ca
     fp32 = build_learner("sao", tiny_model_path, LearnerConfig())
     rollouts = _batch(fp32.policy, 2, seed=9)
     mb = micro_batches(rollouts, 4096)[0]
-    scored = bf16._logits(mb)
-    assert scored[0].dtype == torch.bfloat16 and bf16._values_after(mb).dtype == torch.float32
+    logits, logprobs, _ = bf16.score(mb)
+    after = bf16.critic_engine.forward(mb.input_ids_BT, mb.attention_mask_BT,
+                                       method="values_after")
+    assert logits.dtype == torch.bfloat16 and after.dtype == torch.float32
     mask = mb.action_mask_BT > 0
-    err = (bf16._logprobs(mb, scored) - fp32._logprobs(mb, fp32._logits(mb)))[mask].abs()
+    err = (logprobs - fp32.score(mb)[1])[mask].abs().detach()
     assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
 
@@ -572,11 +579,11 @@ def test_policy_logits_skip_the_prompt_without_changing_the_update(tiny_model_pa
     """``logits_to_keep`` from the earliest scored position: same step as full logits."""
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0)
     kept, full = (build_learner("sao", tiny_model_path, cfg) for _ in range(2))
-    full._keeps_logits = False
-    assert kept._keeps_logits  # Qwen2 has logits_to_keep
+    full.policy_engine.keeps_logits = False
+    assert kept.policy_engine.keeps_logits  # Qwen2 has logits_to_keep
     rollouts = _batch(kept.policy, 6, seed=4)
     (mb,) = micro_batches(rollouts, 1 << 16, kept.pad_id)
-    logits, start = kept._logits(mb)
+    logits, _, start = kept.score(mb)
     first_action = min(r.loss_mask.index(1) for r in rollouts)
     assert start == first_action - 1 > 0
     assert logits.shape[1] == mb.input_ids_BT.shape[1] - start

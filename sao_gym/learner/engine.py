@@ -1,0 +1,173 @@
+"""The model engine: everything of one trained model that touches devices and optimizers.
+
+The learner's algorithm code never moves a tensor, builds an optimizer or
+saves a file: it asks an :class:`Engine` (one for the policy, one for the
+critic) to
+
+- put a micro-batch on the model's device (:meth:`Engine.to_device`) and run
+  the model on it under the configured autocast (calling the engine);
+- back-propagate a loss and take one optimizer step with gradient clipping
+  (:meth:`Engine.backward`, :meth:`Engine.step`) at the rate the learner's
+  schedule set (:meth:`Engine.set_lr`);
+- hand out the weights an inference backend loads (:meth:`Engine.weights`),
+  its full state for checkpoints (:meth:`Engine.state_dict`), and save the
+  model for serving (:meth:`Engine.save`).
+
+:class:`LocalEngine` is the one implementation: the whole model on one
+device (``cpu``, ``cuda:0``), AdamW. A sharded engine implements the same
+methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import math
+import os
+from contextlib import nullcontext
+from typing import Any, Protocol
+
+import torch
+
+from sao_gym.learner.batching import MicroBatch
+
+logger = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """What the learner needs of a trained model (module docs)."""
+
+    device: torch.device
+    """Where the model's forward pass and the loss run."""
+    keeps_logits: bool
+    """The model's forward takes ``logits_to_keep`` (scores only the last positions)."""
+
+    def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
+        """Run the model (or its ``method``) on inputs on :attr:`device`."""
+
+    def to_device(self, mb: MicroBatch) -> MicroBatch:
+        """``mb`` on :attr:`device`."""
+
+    def train(self) -> None:
+        """Training mode."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate ``loss``'s gradients."""
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next :meth:`step`."""
+
+    def step(self, *, finite: bool = True) -> tuple[float, bool]:
+        """Clip and step (skipped for a non-finite loss or norm): ``(norm, stepped)``."""
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full weights an inference backend loads."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"model": ..., "optimizer": ...}`` for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model where a loader or a backend reads it."""
+
+
+class LocalEngine:
+    """One model on one device, trained with AdamW (the :class:`Engine` protocol).
+
+    Args:
+        module: the model (already on ``device``); only parameters with
+            ``requires_grad`` are optimized.
+        lr: initial learning rate (the learner sets each step's).
+        weight_decay: AdamW's.
+        max_grad_norm: clip the gradient norm to this before a step (None: never).
+        autocast: ``"bfloat16"`` runs forward passes under ``torch.autocast``;
+            None: the parameters' dtype.
+        device: where the module is.
+
+    """
+
+    def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float = 0.0,
+                 max_grad_norm: float | None = 1.0, autocast: str | None = None,
+                 device: str | torch.device = "cpu"):
+        self.module = module
+        self.device = torch.device(device)
+        self.max_grad_norm = max_grad_norm
+        self.autocast = autocast
+        params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+        self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+
+    def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
+        """The module's ``method`` (the forward pass; a critic's ``values_after``).
+
+        Inputs are already on :attr:`device`; it runs under the autocast.
+        """
+        context = (torch.autocast(device_type=self.device.type,
+                                  dtype=getattr(torch, self.autocast))
+                   if self.autocast is not None else nullcontext())
+        with context:
+            fn = self.module if method == "forward" else getattr(self.module, method)
+            return fn(*args, **kwargs)
+
+    def to_device(self, mb: MicroBatch) -> MicroBatch:
+        """``mb`` with its tensors on :attr:`device` (itself when they are there)."""
+        if mb.input_ids_BT.device == self.device:
+            return mb
+        return dataclasses.replace(mb, **{
+            f.name: getattr(mb, f.name).to(self.device) for f in dataclasses.fields(mb)
+            if isinstance(getattr(mb, f.name), torch.Tensor)})
+
+    def train(self) -> None:
+        """Training mode (dropout on, where the model has any)."""
+        self.module.train()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate ``loss``'s gradients into the parameters."""
+        loss.backward()
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next :meth:`step`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self, *, finite: bool = True) -> tuple[float, bool]:
+        """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
+
+        Gradients are cleared either way. Returns ``(gradient norm before
+        clipping, whether the weights changed)``.
+        """
+        params = [p for group in self.optimizer.param_groups for p in group["params"]
+                  if p.grad is not None]
+        clip = self.max_grad_norm or math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
+        stepped = finite and math.isfinite(norm)
+        if stepped:
+            self.optimizer.step()
+        else:
+            logger.warning("non-finite %s; optimizer step skipped",
+                           "loss" if not finite else f"gradient norm ({norm})")
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm, stepped
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The module's state dict (live references: copy before the next step)."""
+        return self.module.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"model": ..., "optimizer": ...}`` (live references, as ``nn.Module``'s)."""
+        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.module.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """The module's ``save_pretrained(path)`` (a checkpoint a backend or loader reads)."""
+        self.module.save_pretrained(str(path))
+
+
+__all__ = ["Engine", "LocalEngine"]
