@@ -35,7 +35,7 @@ BASE = [
 
 
 def run_once(config, run_dir: Path, model: str) -> float:
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
 
     trainer = build_trainer(config, run_dir, policy_path=model)
     trainer.run()

@@ -6,6 +6,7 @@ instances. See docs/envs/code_repo.md.
 """
 
 from sao_gym.envs.code_repo.env import CodeRepoEnv
-from sao_gym.envs.code_repo.tasks import RepoTask, SweSpec, load_tasks
+from sao_gym.envs.code_repo.sources import load_tasks
+from sao_gym.envs.code_repo.tasks import RepoTask, SweSpec
 
 __all__ = ["CodeRepoEnv", "RepoTask", "SweSpec", "load_tasks"]

@@ -42,7 +42,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sao_gym.envs.code_repo import grading
-from sao_gym.envs.code_repo.tasks import RepoTask, load_tasks, patched_paths, tasks_from_records
+from sao_gym.envs.code_repo.sources import load_tasks, tasks_from_records
+from sao_gym.envs.code_repo.tasks import RepoTask, patched_paths
 from sao_gym.sandbox import (
     EpisodeSandbox,
     SandboxError,

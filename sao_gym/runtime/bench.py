@@ -26,7 +26,7 @@ def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
                   work_dir: str | None = None) -> dict[str, Any]:
     """Train in both modes ``repeats`` times (alternating); return throughputs and ratio."""
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
 
     base: TrainConfig = load_recipe("bench", overrides)
     root = Path(work_dir or tempfile.mkdtemp(prefix="sao-bench-"))

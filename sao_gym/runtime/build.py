@@ -1,28 +1,35 @@
 """The builder: the one reader of a :class:`~sao_gym.runtime.config.TrainConfig`.
 
-Everything else receives parts or scalars. :func:`build_trainer` turns a
-config into a :class:`~sao_gym.runtime.trainer.Trainer` with its rollout
-source, learner, inference backend, metric sink and checkpointer;
-:func:`check_setup` finds the mistakes that would otherwise surface after
-minutes of set-up (an unknown env, a warm start without an oracle, a model
-that is not there); the small ``*_settings`` helpers give the job the
-scalars it passes to the warm start and to evaluation.
+Everything else receives factories or scalars. :func:`run_parts` turns a
+config into the run's :class:`~sao_gym.runtime.parts.RunParts` (small
+picklable factories: learner, rollouts = env + backend + agent, source,
+sink), which a runtime places (:mod:`sao_gym.runtime.local`,
+:mod:`sao_gym.runtime.ray.build`); :func:`check_setup` finds the mistakes
+that would otherwise surface after minutes of set-up (an unknown env, a warm
+start without an oracle, a model that is not there). This module imports
+nothing of the runtimes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import sao_gym
 from sao_gym.learner.algorithms import find_algorithm
-from sao_gym.runtime.config import ConfigError, TrainConfig, save_config
-from sao_gym.runtime.source import RolloutSource
+from sao_gym.runtime.config import ConfigError, TrainConfig
+from sao_gym.runtime.parts import (
+    AgentFactory,
+    BackendFactory,
+    EnvFactory,
+    LearnerFactory,
+    RolloutFactory,
+    RunParts,
+    SinkFactory,
+    SourceFactory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +41,10 @@ class SetupError(ConfigError):
     """The config is valid but cannot run here (unknown env, no oracle, missing model)."""
 
 
-def env_factory(config: TrainConfig) -> Callable[[], Any]:
+def env_factory(config: TrainConfig) -> EnvFactory:
     """Builds one environment of the run (its turn limit and constructor options applied)."""
-    return functools.partial(sao_gym.make, config.env,
-                             max_episode_steps=config.rollout.max_episode_steps,
-                             **config.env_kwargs)
+    return EnvFactory(require_env(config), config.rollout.max_episode_steps,
+                      dict(config.env_kwargs))
 
 
 def oracle_for(env_id: str, **kwargs: Any) -> Any:
@@ -100,158 +106,56 @@ def check_setup(config: TrainConfig) -> None:
                          "Hugging Face checkpoint directory")
 
 
-def learner_config(config: TrainConfig) -> Any:
-    """The learner's config, with the group size of grouped algorithms taken from rollout."""
+def learner_factory(config: TrainConfig) -> LearnerFactory:
+    """The learner: algorithm, learner config, run length, sampler temperature.
+
+    A grouped algorithm's group size is ``rollout.group_size``.
+    """
+    learner = config.learner
     if find_algorithm(config.algorithm).grouped:
-        return dataclasses.replace(config.learner, group_size=config.rollout.group_size)
-    return config.learner
+        learner = dataclasses.replace(learner, group_size=config.rollout.group_size)
+    return LearnerFactory(config.algorithm, learner, config.total_steps,
+                          config.rollout.temperature)
 
 
-def build_backend(config: TrainConfig, model_path: str, *, version: int, seed: int,
-                  run_dir: str | Path | None = None, launcher: Callable[..., Any] | None = None
-                  ) -> Any:
-    """The inference backend named by ``inference.backend``, serving ``model_path``.
-
-    ``vllm_server`` with ``inference.launch: N`` starts N servers here with
-    ``launcher`` (:class:`~sao_gym.inference.launch.LocalServers`' signature
-    and ``start``/``replace``/``stop``; default: LocalServers, child
-    processes), their logs in ``run_dir/servers``; the backend starts a dead
-    one again (``inference.max_server_restarts``) and stops them when
-    closed. State dicts are published for servers under ``run_dir/weights``.
-    """
+def backend_factory(config: TrainConfig) -> BackendFactory:
+    """The inference backend of ``inference.backend`` with its own settings."""
     inf = config.inference
-    if inf.backend == "hf":
-        from sao_gym.inference.hf import HFBackend
-
-        return HFBackend(model_path, max_batch_size=inf.max_batch_size, seed=seed,
-                         policy_version=version)
-    max_model_len = inf.max_model_len or config.rollout.max_context_tokens
-    if inf.backend == "vllm":
-        from sao_gym.inference.vllm import VLLMBackend
-
-        return VLLMBackend(model_path, seed=seed, policy_version=version,
-                           max_model_len=max_model_len)
-    from sao_gym.inference.launch import LocalServers
-    from sao_gym.inference.vllm_server import VLLMServerBackend
-
-    work = Path(run_dir) if run_dir is not None else None
-    urls, servers = list(inf.urls), None
-    if not urls:
-        servers = (launcher or LocalServers)(
-            model_path, inf.launch, kind=inf.server, python=inf.server_python,
-            log_dir=(work or Path(".")) / "servers", max_model_len=max_model_len,
-            served_model_name=inf.model_name, max_batch_size=inf.max_batch_size,
-            startup_timeout_s=inf.startup_timeout_s, max_restarts=inf.max_server_restarts)
-        urls = servers.start()
-    return VLLMServerBackend(urls, model=inf.model_name, policy_version=version,
-                             sync_dir=work / "weights" if work is not None else None,
-                             read_timeout_s=inf.read_timeout_s,
-                             initial_weights=model_path if inf.urls else None,
-                             on_close=servers.stop if servers is not None else None,
-                             replace=servers.replace
-                             if servers is not None and inf.max_server_restarts else None)
+    return BackendFactory(
+        inf.backend, max_batch_size=inf.max_batch_size,
+        max_model_len=inf.max_model_len or config.rollout.max_context_tokens,
+        urls=tuple(inf.urls), launch=inf.launch, server=inf.server,
+        server_python=inf.server_python, model_name=inf.model_name,
+        read_timeout_s=inf.read_timeout_s, startup_timeout_s=inf.startup_timeout_s,
+        max_server_restarts=inf.max_server_restarts)
 
 
-def agent_factory(config: TrainConfig, backend: Any, tokenizer: Any, *,
-                  temperature: float | None = None) -> Callable[..., Any]:
-    """Builds one agent per episode, sampling from ``backend``.
-
-    ``temperature`` defaults to ``rollout.temperature``; extra keyword
-    arguments of the factory (``seed``) go to the agent.
-    """
-    from sao_gym.agents import LLMAgent
-
+def agent_factory(config: TrainConfig, *, temperature: float | None = None) -> AgentFactory:
+    """How agents sample (``temperature`` defaults to ``rollout.temperature``)."""
     r = config.rollout
     if r.max_new_tokens is None or r.max_context_tokens is None:
         raise SetupError("rollout.max_new_tokens / max_context_tokens are null (fitted to the "
                          "env by `sao-gym train`): fit them first (sao_gym.runtime.fit)")
-    return functools.partial(LLMAgent, backend, tokenizer, max_new_tokens=r.max_new_tokens,
-                             temperature=r.temperature if temperature is None else temperature,
-                             top_p=r.top_p, max_context_tokens=r.max_context_tokens)
+    return AgentFactory(r.max_new_tokens, r.max_context_tokens,
+                        temperature=r.temperature if temperature is None else temperature,
+                        top_p=r.top_p)
 
 
-def resume_point(config: TrainConfig, run_dir: Path, *, resume: bool) -> tuple[Path | None, int]:
-    """``(latest checkpoint or None, first task seed)``; a fresh run saves its config here."""
-    from sao_gym.runtime.checkpoint import CheckpointManager
-
-    latest = CheckpointManager(run_dir).latest() if resume else None
-    if latest is not None:
-        state = json.loads((latest / "trainer.json").read_text())
-        logger.info("resuming from %s (step %d)", latest, state["step"])
-        return latest, int(state["next_seed"])
-    if not resume:
-        save_config(config, run_dir / "config.yaml")
-    return None, config.seed
+def rollout_factory(config: TrainConfig, *, temperature: float | None = None) -> RolloutFactory:
+    """Env + backend + agent of the run (evaluation passes its own ``temperature``)."""
+    return RolloutFactory(env_factory(config), backend_factory(config),
+                          agent_factory(config, temperature=temperature))
 
 
-def rollout_source(config: TrainConfig, play: Any, *, concurrency: int, seed: int,
-                   version: int, max_versions_per_step: int) -> RolloutSource:
-    """The run's :class:`RolloutSource` (the one staleness rule) over ``play``."""
+def run_parts(config: TrainConfig) -> RunParts:
+    """The run's factories and scalars (:mod:`sao_gym.runtime.parts`): all a runtime needs."""
     r = config.rollout
-    return RolloutSource(play, batch_size=r.batch_size, group_size=r.group_size,
-                         concurrency=concurrency, max_staleness=config.max_staleness,
-                         max_versions_per_step=max_versions_per_step,
-                         max_infra_retries=r.max_infra_retries, seed=seed, version=version)
-
-
-def metric_sink(config: TrainConfig, run_dir: Path, *, resume_step: int | None,
-                sinks: Sequence[Any] = ()) -> Any:
-    """The loggers of ``logging.loggers``, then ``sinks``."""
-    from sao_gym.logging import make_loggers
-
-    sink = make_loggers(config.logging.names, run_dir, config=config.to_dict(),
-                        resume_step=resume_step)
-    sink.others.extend(sinks)
-    return sink
-
-
-def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
-                  resume: bool = False, sinks: Sequence[Any] = ()) -> Any:
-    """A :class:`~sao_gym.runtime.trainer.Trainer` for ``config`` in ``run_dir``.
-
-    ``policy_path`` is the starting checkpoint (the model after any warm
-    start); with ``resume`` the latest checkpoint's learner state, policy and
-    task cursor win. ``sinks`` (e.g. the console display) receive every
-    step's metrics after the loggers of ``logging.loggers``. ``runtime: ray``
-    builds the same trainer over Ray actors
-    (:func:`sao_gym.runtime.ray.build.build_ray_trainer`).
-    """
-    if config.runtime == "ray":
-        from sao_gym.runtime.ray.build import build_ray_trainer
-
-        return build_ray_trainer(config, run_dir, policy_path=policy_path, resume=resume,
-                                 sinks=sinks)
-    from transformers import AutoTokenizer
-
-    from sao_gym.learner.sao import build_learner
-    from sao_gym.rollout import play_episode
-    from sao_gym.runtime.checkpoint import CheckpointManager
-    from sao_gym.runtime.trainer import Trainer
-
-    require_env(config)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    make_env = env_factory(config)
-    make_env().close()  # fail fast on a bad env config
-    learner = build_learner(config.algorithm, policy_path, learner_config(config),
-                            total_steps=config.total_steps, temperature=config.rollout.temperature)
-    latest, next_seed = resume_point(config, run_dir, resume=resume)
-    serve_from = policy_path
-    if latest is not None:
-        learner.load_state_dict(CheckpointManager.load(latest)[0])
-        serve_from = str(latest / "policy")
-    backend = build_backend(config, serve_from, version=learner.policy_version,
-                            seed=config.seed + learner.steps_done, run_dir=run_dir)
-    make_agent = agent_factory(config, backend, AutoTokenizer.from_pretrained(policy_path))
-
-    async def play(seed: int):
-        return await play_episode(make_env, make_agent, seed=seed)
-
-    source = rollout_source(config, play, concurrency=config.rollout.concurrency,
-                            seed=next_seed, version=learner.policy_version,
-                            max_versions_per_step=learner.max_versions_per_step)
-    sink = metric_sink(config, run_dir, resume_step=learner.steps_done if resume else None,
-                       sinks=sinks)
-    return Trainer(source=source, learner=learner, backend=backend, sink=sink,
-                   checkpoints=CheckpointManager(run_dir, keep=config.checkpoint.keep),
-                   total_steps=config.total_steps, checkpoint_every=config.checkpoint.every)
+    return RunParts(
+        learner=learner_factory(config), rollouts=rollout_factory(config),
+        source=SourceFactory(r.batch_size, r.group_size, config.max_staleness,
+                             r.max_infra_retries),
+        sink=SinkFactory(tuple(config.logging.names), config.to_dict()),
+        total_steps=config.total_steps, seed=config.seed, concurrency=r.concurrency,
+        checkpoint_every=config.checkpoint.every, checkpoint_keep=config.checkpoint.keep,
+        ray=config.ray if config.runtime == "ray" else None,
+        episodes_per_worker=config.episodes_per_worker)

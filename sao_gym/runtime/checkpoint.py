@@ -53,6 +53,15 @@ class CheckpointManager:
         done = self.complete()
         return done[-1][1] if done else None
 
+    def resume_point(self, seed: int) -> tuple[Path | None, int]:
+        """``(latest checkpoint, its next task seed)``, or ``(None, seed)`` without one."""
+        latest = self.latest()
+        if latest is None:
+            return None, seed
+        state = json.loads((latest / "trainer.json").read_text())
+        logger.info("resuming from %s (step %d)", latest, state["step"])
+        return latest, int(state["next_seed"])
+
     def save(self, step: int, learner: Any, trainer_state: dict[str, Any]) -> Path:
         """Write a checkpoint for ``step`` atomically; prune old ones; return its path."""
         self.dir.mkdir(parents=True, exist_ok=True)

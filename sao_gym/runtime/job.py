@@ -322,26 +322,22 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
     fails counts as an infra failure (reported, never averaged in).
     ``on_done(rollout)`` is called as each episode ends (progress).
     """
-    from transformers import AutoTokenizer
-
     from sao_gym.evaluation import EpisodeSummary, run_episodes
-    from sao_gym.runtime.build import agent_factory, build_backend, env_factory
+    from sao_gym.runtime.build import rollout_factory
 
     episodes = config.eval.episodes if episodes is None else episodes
     temperature = config.eval.temperature
     temperature = config.rollout.temperature if temperature is None else temperature
-    tokenizer = AutoTokenizer.from_pretrained(policy_path)
+    factory = rollout_factory(config, temperature=temperature)
 
     async def play() -> list:
-        backend = build_backend(config, policy_path, version=0, seed=seed, run_dir=run_dir)
+        rollouts = factory(policy_path, seed=seed, run_dir=run_dir)
         try:
-            return await run_episodes(
-                env_factory(config), agent_factory(config, backend, tokenizer,
-                                                   temperature=temperature),
-                episodes, concurrency=config.rollout.concurrency, seed=seed, on_done=on_done,
-                seed_agents=True)
+            return await run_episodes(rollouts.make_env, rollouts.make_agent, episodes,
+                                      concurrency=config.rollout.concurrency, seed=seed,
+                                      on_done=on_done, seed_agents=True)
         finally:
-            await backend.aclose()
+            await rollouts.aclose()
 
     start = time.monotonic()
     rollouts = asyncio.run(play())
@@ -364,7 +360,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     training time only. On ``resume`` the config is the run's saved one
     (budgets already fitted) and the warm start is not run again.
     """
-    from sao_gym.runtime.build import build_trainer, require_env
+    from sao_gym.runtime.build import require_env
 
     require_env(config)
     run_dir = Path(run_dir)
@@ -405,6 +401,36 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             result[name] = json.loads(path.read_text())
     result["plots"] = [str(p) for p in _plots(run_dir)]
     return result
+
+
+RUNTIMES = {"local": "sao_gym.runtime.local:local_trainer",
+            "ray": "sao_gym.runtime.ray.build:ray_trainer"}
+"""Where each ``runtime`` places the run's parts: ``module:function(parts, run_dir, *,
+policy_path, resume, sinks) -> Trainer``."""
+
+
+def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
+                  resume: bool = False, sinks: Any = ()) -> Any:
+    """The :class:`~sao_gym.runtime.trainer.Trainer` of ``config`` in ``run_dir``.
+
+    The config becomes the run's factories once
+    (:func:`~sao_gym.runtime.build.run_parts`); ``runtime`` picks where they run
+    (:data:`RUNTIMES`). ``policy_path`` is the starting checkpoint; with
+    ``resume`` the latest checkpoint wins. A fresh run saves its config.
+    """
+    import importlib
+
+    from sao_gym.runtime.build import require_env, run_parts
+
+    require_env(config)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        save_config(config, run_dir / "config.yaml")
+    module, _, name = RUNTIMES[config.runtime].partition(":")
+    place = getattr(importlib.import_module(module), name)
+    return place(run_parts(config), run_dir, policy_path=policy_path, resume=resume,
+                 sinks=sinks)
 
 
 def _resuming(run_dir: Path) -> str:

@@ -1,7 +1,7 @@
 """The training loop: batches in, learner steps out, weights back in flight.
 
 :class:`Trainer` receives its parts, built elsewhere
-(:func:`sao_gym.runtime.build.build_trainer` from a config, or by hand in
+(:func:`sao_gym.runtime.job.build_trainer` from a config, or by hand in
 tests): a :class:`~sao_gym.runtime.source.RolloutSource`, a learner, an
 inference backend, a metric sink and a checkpointer. It imports no model
 code. Its loop: take the next batch the source allows (the source owns the

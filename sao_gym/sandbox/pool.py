@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import weakref
 from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sao_gym.sandbox.base import Sandbox, SandboxError, SandboxTimeout
+from sao_gym.sandbox.spec import split_pool_options
 
 logger = logging.getLogger(__name__)
 
@@ -241,55 +241,6 @@ class SandboxLease:
 
 
 # ----- pools shared by the envs of one event loop ---------------------------------------
-POOL_OPTIONS: dict[str, Any] = {
-    "size": 0,
-    "max_concurrency": 256,
-    "setup_timeout_s": 60.0,
-    "teardown_timeout_s": 30.0,
-}
-"""Options of a shared pool (the ``"pool"`` entry of a sandbox spec), with their defaults.
-
-No warm sandboxes by default; ``max_concurrency`` is a safety bound, not a throttle."""
-
-
-def split_pool_options(
-    spec: str | Mapping[str, Any],
-) -> tuple[str | Mapping[str, Any], dict[str, Any]]:
-    """``spec`` without its ``"pool"`` entry, and the shared pool's options (defaults filled).
-
-    Example:
-        >>> spec, options = split_pool_options({"backend": "local", "pool": {"size": 2}})
-        >>> spec, options["size"], options["max_concurrency"]
-        ({'backend': 'local'}, 2, 256)
-
-    Raises:
-        ValueError: unknown or out-of-range pool options.
-
-    """
-    if not isinstance(spec, Mapping) or "pool" not in spec:
-        return spec, dict(POOL_OPTIONS)
-    rest = dict(spec)
-    given = rest.pop("pool")
-    if not isinstance(given, Mapping):
-        raise ValueError(f'the sandbox spec\'s "pool" must be a mapping of options '
-                         f"{sorted(POOL_OPTIONS)}, got {given!r}")
-    unknown = set(given) - set(POOL_OPTIONS)
-    if unknown:
-        raise ValueError(f"unknown sandbox pool options {sorted(unknown)}; valid: "
-                         f"{sorted(POOL_OPTIONS)}")
-    options = {**POOL_OPTIONS, **given}
-    for name, low in (("size", 0), ("max_concurrency", 1)):
-        value = options[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"sandbox pool {name} must be an int >= {low}, got {value!r}")
-    for name in ("setup_timeout_s", "teardown_timeout_s"):
-        value = options[name]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not (value > 0 and math.isfinite(value))):
-            raise ValueError(f"sandbox pool {name} must be a number > 0 or None, got {value!r}")
-    return rest, options
-
-
 @dataclass
 class _LoopPools:
     """The shared pools of one event loop, and the async generator that closes them with it."""
@@ -312,8 +263,8 @@ def shared_pool(
     Everything on one loop asking for the same spec (same content, whatever
     the key order) and the same ``make`` gets the same pool, so envs built
     per episode share its warm sandboxes and its bound. The pool's options
-    are the spec's ``"pool"`` entry (:data:`POOL_OPTIONS`); its sandboxes are
-    ``make(spec without "pool")`` (default :func:`sao_gym.sandbox.make_sandbox`,
+    are the spec's ``"pool"`` entry (:data:`~sao_gym.sandbox.spec.POOL_OPTIONS`); its sandboxes are
+    ``make(spec without "pool")`` (default :func:`sao_gym.sandbox.factory.make_sandbox`,
     looked up at each call; pass a module-level function, not a new lambda,
     or no pool is shared). A loop's pools are closed when it shuts down
     (``asyncio.run``, ``asyncio.Runner``, the sync API's ``env.close()``),
@@ -322,9 +273,9 @@ def shared_pool(
     """
     loop = asyncio.get_running_loop()
     if make is None:
-        from sao_gym import sandbox as package
+        from sao_gym.sandbox import factory
 
-        make = package.make_sandbox
+        make = factory.make_sandbox
     key = (_spec_key(spec), make)
     shared = _SHARED.setdefault(loop, _LoopPools())
     pool = shared.pools.get(key)

@@ -218,7 +218,7 @@ def _train_config(url: str, steps: int, **extra: str):
 @pytest.mark.slow
 async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_path,
                                                                   tmp_path):
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
 
     config = _train_config(served[1], 20)
     trainer = await asyncio.to_thread(build_trainer, config, tmp_path / "run",
@@ -239,7 +239,7 @@ async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_
 @pytest.mark.parametrize("kind", KINDS)
 async def test_killing_the_server_gives_infra_failures_and_a_clear_error(
         kind, model_path, tmp_path):
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
     from sao_gym.runtime.source import RolloutsFailing
 
     servers = _launch(kind, model_path, tmp_path / "logs")
@@ -327,8 +327,8 @@ async def test_several_servers_sticky_episodes_updates_reach_all_and_a_dead_one_
 
 @pytest.mark.slow
 async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path, tmp_path):
-    from sao_gym.runtime.build import build_trainer
     from sao_gym.runtime.config import load_recipe
+    from sao_gym.runtime.job import build_trainer
 
     sets = {"total_steps": 3, "rollout.batch_size": 4, "rollout.concurrency": 4,
             "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
@@ -360,8 +360,8 @@ async def test_a_launched_server_killed_during_training_is_replaced_and_no_episo
     _need(kind)
 
     from sao_gym.logging import read_metrics
-    from sao_gym.runtime.build import build_trainer
     from sao_gym.runtime.config import load_recipe
+    from sao_gym.runtime.job import build_trainer
 
     sets = {"total_steps": 8, "rollout.batch_size": 4, "rollout.concurrency": 4,
             "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,

@@ -174,23 +174,22 @@ def test_the_learner_takes_rays_thread_rule_unless_told():
 
 
 def test_ray_shares_servers_between_workers():
-    from sao_gym.runtime.ray.build import worker_config
+    from sao_gym.runtime.build import backend_factory
 
     urls = [f"http://127.0.0.1:{8000 + i}" for i in range(3)]
     cfg = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
                              f"inference.urls={urls}"])
-    assert [worker_config(cfg, i).inference.urls for i in range(2)] == [
-        [urls[0], urls[2]], [urls[1]]]
-    few = load_config(None, ["runtime=ray", "ray.rollout_workers=4",
-                             "inference.backend=vllm_server", f"inference.urls={urls}"])
-    with pytest.raises(ConfigError, match="at least one server per rollout worker"):
-        worker_config(few, 0)
+    assert [backend_factory(cfg).share(i, 2).urls for i in range(2)] == [
+        (urls[0], urls[2]), (urls[1],)]
+    with pytest.raises(ValueError, match="at least one server per rollout worker"):
+        backend_factory(cfg).share(0, 4)
     launch = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
                                 "inference.launch=4"])
-    assert worker_config(launch, 1).inference.launch == 2
-    with pytest.raises(ConfigError, match="multiple of ray.rollout_workers"):
-        worker_config(load_config(None, ["runtime=ray", "inference.backend=vllm_server",
-                                         "inference.launch=3"]), 0)
+    assert backend_factory(launch).share(1, 2).launch == 2
+    with pytest.raises(ValueError, match="multiple of ray.rollout_workers"):
+        backend_factory(load_config(None, ["runtime=ray", "inference.backend=vllm_server",
+                                           "inference.launch=3"])).share(0, 2)
+    assert backend_factory(load_config(None, [])).share(1, 2).kind == "hf"  # nothing to share
 
 
 def test_yaml_files_take_scientific_notation_for_floats(tmp_path):

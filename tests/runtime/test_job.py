@@ -224,10 +224,10 @@ SUMMARY = {"success_rate": 0.5, "episodes": 2, "infra_failures": 0}
 @pytest.fixture
 def fake_job(monkeypatch):
     """The job with a :func:`tests.runtime.fakes.fake_trainer` and a fixed evaluation."""
-    from sao_gym.runtime import build, job
+    from sao_gym.runtime import job
 
     trainers, evaluated = [], []
-    monkeypatch.setattr(build, "build_trainer", lambda *a, **k: trainers[-1])
+    monkeypatch.setattr(job, "build_trainer", lambda *a, **k: trainers[-1])
     for name in ("evaluate", "evaluate_policy"):  # the job's evaluation, whichever it has
         monkeypatch.setattr(job, name, lambda *a, **k: evaluated.append(a) or dict(SUMMARY),
                             raising=False)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from sao_gym.logging import read_metrics
-from sao_gym.runtime.build import build_trainer
 from sao_gym.runtime.config import load_config
+from sao_gym.runtime.job import build_trainer
 from tests.processes import alive, command_line, descendants, server_processes, wait_until
 
 ray = pytest.importorskip("ray")

@@ -192,7 +192,7 @@ async def test_the_default_builder_is_make_sandbox_read_at_each_call(monkeypatch
         seen.append(spec)
         return FakeSandbox()
 
-    monkeypatch.setattr("sao_gym.sandbox.make_sandbox", recording_make)
+    monkeypatch.setattr("sao_gym.sandbox.factory.make_sandbox", recording_make)
     pool = shared_pool({"backend": "docker", "image": "x:1", "pool": {"size": 0}})
     sb = await pool.acquire()
     await pool.release(sb)

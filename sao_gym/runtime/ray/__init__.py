@@ -13,7 +13,7 @@
   proxies for it (learner and checkpointer);
 - :mod:`~sao_gym.runtime.ray.servers`: inference servers as actors a worker
   owns (``ray.server_actors``), replaced when their process or actor dies;
-- :mod:`~sao_gym.runtime.ray.build`: :func:`build_ray_trainer`, the same
+- :mod:`~sao_gym.runtime.ray.build`: :func:`ray_trainer`, the same
   :class:`~sao_gym.runtime.trainer.Trainer` and
   :class:`~sao_gym.runtime.source.RolloutSource` as one process, with the
   pool as the source's ``play`` and the backend, and the learner remote.

@@ -1,7 +1,8 @@
 """The learner as a Ray actor, and the driver's proxies for it.
 
-:class:`LearnerService` is the actor: the run's learner (built as in one
-process, loaded from a checkpoint on resume) and its
+:class:`LearnerService` is the actor: the run's learner (built by the run's
+:class:`~sao_gym.runtime.parts.LearnerFactory` as in one process, loaded from a
+checkpoint on resume) and its
 :class:`~sao_gym.runtime.checkpoint.CheckpointManager`, so checkpoints are
 written where the learner's state is (the run directory must be on storage
 the learner's node sees). After each step it puts the new policy weights in
@@ -48,22 +49,15 @@ def learner_threads(ray_config: Any) -> int:
 class LearnerService:
     """The learner actor's body (see module docs)."""
 
-    def __init__(self, config: Any, policy_path: str, run_dir: str,
-                 resume_from: str | None = None):
+    def __init__(self, factory: Any, policy_path: str, run_dir: str,
+                 resume_from: str | None = None, *, keep: int = 2, threads: int = 1):
         import torch
 
-        from sao_gym.learner.sao import build_learner
-        from sao_gym.runtime.build import learner_config
         from sao_gym.runtime.checkpoint import CheckpointManager
 
-        torch.set_num_threads(learner_threads(config.ray))
-        self.learner = build_learner(config.algorithm, policy_path, learner_config(config),
-                                     total_steps=config.total_steps,
-                                     temperature=config.rollout.temperature)
-        self.checkpoints = CheckpointManager(run_dir, keep=config.checkpoint.keep)
-        if resume_from is not None:
-            state, _ = CheckpointManager.load(resume_from)
-            self.learner.load_state_dict(state)
+        torch.set_num_threads(threads)
+        self.learner = factory(policy_path, resume_from=resume_from)
+        self.checkpoints = CheckpointManager(run_dir, keep=keep)
 
     def info(self) -> dict[str, Any]:
         """pid, torch threads, steps done, policy version, most versions a step adds."""

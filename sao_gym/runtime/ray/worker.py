@@ -1,9 +1,10 @@
 """The rollout-worker actor: an asyncio loop of episodes with its own parts.
 
-A :class:`RolloutWorker` builds, from the run's config, what one process of
-``runtime: local`` builds for its episodes: the environment factory, the
-inference backend (in-process, or clients to inference servers) and the
-agent factory. The driver's :class:`~sao_gym.runtime.ray.pool.WorkerPool`
+A :class:`RolloutWorker` calls the run's rollout factory
+(:class:`~sao_gym.runtime.parts.RolloutFactory`, with this worker's share of
+the servers) as one process of ``runtime: local`` does: its environments,
+its inference backend (in-process, or clients to inference servers) and its
+agents. The driver's :class:`~sao_gym.runtime.ray.pool.WorkerPool`
 calls :meth:`RolloutWorker.play` for each episode the rollout source
 admits (many at once: Ray runs an async actor's calls concurrently on its
 loop) and :meth:`RolloutWorker.update_weights` for every new policy version.
@@ -32,9 +33,9 @@ logger = logging.getLogger(__name__)
 class WorkerSpec:
     """What a rollout worker is built from."""
 
-    config: Any
-    """The run's :class:`~sao_gym.runtime.config.TrainConfig`, with this worker's share of
-    the inference servers (:func:`~sao_gym.runtime.ray.build.worker_config`)."""
+    rollouts: Any
+    """The run's :class:`~sao_gym.runtime.parts.RolloutFactory`, with this worker's share
+    of the inference servers (:meth:`~sao_gym.runtime.parts.BackendFactory.share`)."""
     policy_path: str
     """The checkpoint the backend starts from (the run's start or resume point)."""
     tokenizer_path: str
@@ -45,6 +46,11 @@ class WorkerSpec:
     """Sampling seed of this worker's backend."""
     run_dir: str | None = None
     """This worker's directory (logs of servers it launches, weights it publishes)."""
+    threads: int = 1
+    """torch threads of the worker."""
+    server_actors: tuple[float, float] | None = None
+    """``(num_cpus, num_gpus)`` of each launched server as an actor of its own; None:
+    launched servers are child processes."""
 
 
 class RolloutWorker:
@@ -52,26 +58,20 @@ class RolloutWorker:
 
     def __init__(self, spec: WorkerSpec, index: int):
         import torch
-        from transformers import AutoTokenizer
 
-        from sao_gym.runtime.build import agent_factory, build_backend, env_factory
-
-        config = spec.config
-        torch.set_num_threads(config.ray.worker_threads)
+        torch.set_num_threads(spec.threads)
         self.index = index
         self.version = spec.version
         self.episodes = 0
-        self.make_env = env_factory(config)
         launcher = None
-        if config.ray.server_actors:  # servers as actors this worker owns
+        if spec.server_actors is not None:  # servers as actors this worker owns
             from sao_gym.runtime.ray.servers import RayServers
 
-            launcher = functools.partial(RayServers, num_cpus=config.ray.server_num_cpus,
-                                         num_gpus=config.ray.server_num_gpus)
-        self.backend = build_backend(config, spec.policy_path, version=spec.version,
-                                     seed=spec.seed, run_dir=spec.run_dir, launcher=launcher)
-        self.make_agent = agent_factory(config, self.backend,
-                                        AutoTokenizer.from_pretrained(spec.tokenizer_path))
+            launcher = functools.partial(RayServers, num_cpus=spec.server_actors[0],
+                                         num_gpus=spec.server_actors[1])
+        self.rollouts = spec.rollouts(spec.policy_path, tokenizer_path=spec.tokenizer_path,
+                                      version=spec.version, seed=spec.seed,
+                                      run_dir=spec.run_dir, launcher=launcher)
         self._loading = asyncio.Lock()
         self._running: set[asyncio.Task] = set()
 
@@ -84,14 +84,12 @@ class RolloutWorker:
 
     async def play(self, seed: int, version: int, box: list | None) -> Any:
         """One episode on the task of ``seed``, after catching up to ``version``."""
-        from sao_gym.rollout import play_episode
-
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
         try:
             await self.update_weights(version, box)
-            rollout = await play_episode(self.make_env, self.make_agent, seed=seed)
+            rollout = await self.rollouts.play(seed)
         finally:
             self._running.discard(task)
         self.episodes += 1
@@ -106,7 +104,7 @@ class RolloutWorker:
                 weights = box[0]
                 if hasattr(weights, "__await__"):  # an object ref
                     weights = await weights
-                await self.backend.update_weights(weights, version)
+                await self.rollouts.update_weights(weights, version)
                 self.version = version
         return self.version
 
@@ -116,4 +114,4 @@ class RolloutWorker:
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
-        await self.backend.aclose()
+        await self.rollouts.aclose()

@@ -16,7 +16,8 @@ import pytest
 import sao_gym
 from sao_gym.cli import main as cli_main
 from sao_gym.envs.code_repo import CodeRepoEnv, RepoTask, swe
-from sao_gym.envs.code_repo.tasks import load_tasks, read_jsonl, unified_diff
+from sao_gym.envs.code_repo.sources import load_tasks
+from sao_gym.envs.code_repo.tasks import read_jsonl, unified_diff
 from sao_gym.sandbox import SandboxError, SandboxUnavailable
 from sao_gym.types import StopReason
 from sao_gym.utils.env_checker import CHECKS, check_agent_env

@@ -336,7 +336,8 @@ async def test_sandbox_failures_are_infra_failures(monkeypatch, fail_at):
         return made[-1]
 
     monkeypatch.setattr("sao_gym.envs.math_tir.env.make_sandbox", fake_make_sandbox)
-    monkeypatch.setattr("sao_gym.sandbox.make_sandbox", fake_make_sandbox)  # start_sandbox's
+    # start_sandbox's builder:
+    monkeypatch.setattr("sao_gym.sandbox.factory.make_sandbox", fake_make_sandbox)
     env = sao_gym.make(ENV_ID)
     rollout = await sao_gym.run_episode(env, ScriptedAgent([_py("print(1)")]), seed=0)
     assert rollout.infra_failure and rollout.stop_reason is StopReason.ENV_ERROR

@@ -1,0 +1,45 @@
+"""``runtime: local``: every part of the run in this process.
+
+:func:`local_trainer` calls the run's factories (:mod:`sao_gym.runtime.parts`)
+here: the learner (restored from the latest checkpoint on resume), the
+rollouts (env + backend + agent) serving the policy the learner starts
+from, the rollout source over their ``play``, the metric sink and the
+checkpointer, and returns the :class:`~sao_gym.runtime.trainer.Trainer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sao_gym.runtime.parts import RunParts
+
+
+def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
+                  resume: bool = False, sinks: Sequence[Any] = ()) -> Any:
+    """The run's :class:`~sao_gym.runtime.trainer.Trainer`, all in this process.
+
+    ``policy_path`` is the starting checkpoint (the model after any warm start);
+    with ``resume`` the latest checkpoint's learner state, policy and task cursor
+    win. ``sinks`` receive every step's metrics after the loggers.
+    """
+    from sao_gym.runtime.checkpoint import CheckpointManager
+    from sao_gym.runtime.trainer import Trainer
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    parts.rollouts.env().close()  # fail fast on a bad env config
+    checkpoints = CheckpointManager(run_dir, keep=parts.checkpoint_keep)
+    latest, next_seed = checkpoints.resume_point(parts.seed) if resume else (None, parts.seed)
+    learner = parts.learner(policy_path, resume_from=latest)
+    rollouts = parts.rollouts(str(latest / "policy") if latest else policy_path,
+                              tokenizer_path=policy_path, version=learner.policy_version,
+                              seed=parts.seed + learner.steps_done, run_dir=run_dir)
+    source = parts.source(rollouts.play, concurrency=parts.concurrency, seed=next_seed,
+                          version=learner.policy_version,
+                          max_versions_per_step=learner.max_versions_per_step)
+    sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
+    return Trainer(source=source, learner=learner, backend=rollouts, sink=sink,
+                   checkpoints=checkpoints, total_steps=parts.total_steps,
+                   checkpoint_every=parts.checkpoint_every)
