@@ -33,6 +33,7 @@ from typing import Any
 
 from sao_gym.adapters.loop import BackgroundLoop, shared_loop
 from sao_gym.core import clean_text
+from sao_gym.episode import EpisodeRecord
 from sao_gym.types import Message, StopReason
 
 logger = logging.getLogger(__name__)
@@ -108,20 +109,45 @@ class EnvSession:
         """The conversation so far (reset messages, actions, observations)."""
         self.info: dict[str, Any] = {}
         """The reset info of the current episode."""
-        self.reward = 0.0
-        """The episode's total reward so far."""
-        self.turns = 0
-        self.terminated = False
-        self.truncated = False
-        self.infra_failure = False
-        self.stop_reason: StopReason | None = None
+        self.episode = EpisodeRecord()
+        """The episode's record, kept as :func:`~sao_gym.run_episode` keeps it."""
         self.started = False
 
     # ----- state -----
     @property
     def done(self) -> bool:
         """The episode has ended (or never started)."""
-        return not self.started or self.stop_reason is not None
+        return not self.started or self.episode.done
+
+    @property
+    def reward(self) -> float:
+        """The episode's total reward so far."""
+        return self.episode.total
+
+    @property
+    def turns(self) -> int:
+        """Steps taken."""
+        return self.episode.turns
+
+    @property
+    def terminated(self) -> bool:
+        """Ended by the task (not an infra failure)."""
+        return self.episode.terminated
+
+    @property
+    def truncated(self) -> bool:
+        """Ended by a limit (not an infra failure)."""
+        return self.episode.truncated
+
+    @property
+    def infra_failure(self) -> bool:
+        """The env failed (or said so): not the policy's doing."""
+        return self.episode.infra_failure
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the episode ended; None while it runs."""
+        return self.episode.stop
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -204,19 +230,13 @@ class EnvSession:
             except Exception as e:  # noqa: BLE001 - an env failure is data, as in run_episode
                 kind = "timed out" if isinstance(e, TimeoutError) else "failed"
                 logger.exception("environment step %s; the episode is an infra failure", kind)
-                self.infra_failure, self.stop_reason = True, StopReason.ENV_ERROR
+                self.episode.end(StopReason.ENV_ERROR)
                 reason = f"{type(e).__name__}: {clean_text(str(e), 300)}"
                 text = f"Error: the environment {kind} ({reason})"
                 return StepOutcome([{"role": "user", "content": text}], terminated=True,
                                    info={"infra_failure": True})
             self.messages += obs
-            self.reward += reward
-            self.turns += 1
-            self.infra_failure |= bool(info.get("infra_failure", False))
-            if terminated or truncated:
-                self.terminated, self.truncated = terminated, truncated
-                default = StopReason.TERMINATED if terminated else StopReason.TRUNCATED
-                self.stop_reason = StopReason(info.get("stop_reason", default))
+            self.episode.step(reward, terminated, truncated, info)
             return StepOutcome(list(obs), reward, terminated, truncated, info)
 
     async def _close(self) -> None:

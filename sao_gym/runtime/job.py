@@ -277,7 +277,7 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
     (``holdout``: rewarded demonstrations of other tasks) reaches it.
     Progress (loss, token accuracy) goes to ``say`` every tenth of the steps.
     """
-    from sao_gym.runtime.warmstart import SFTStep, sft
+    from sao_gym.learner.sft import SFTStep, sft
 
     ws = config.warm_start
     assert ws is not None

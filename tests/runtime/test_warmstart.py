@@ -394,8 +394,8 @@ def test_label_smoothing_keeps_the_policy_spread(small_model, tok, demos, tmp_pa
 # ------------------------------------------------------------------ the train job's warm start
 def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     """`warm_start` binds the oracle options, seeds and batch size from the config."""
+    from sao_gym.learner import sft as sft_module
     from sao_gym.runtime import job as train_main
-    from sao_gym.runtime import warmstart
     from sao_gym.runtime.config import load_config
 
     seen = {}
@@ -408,7 +408,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
-    monkeypatch.setattr(warmstart, "sft", fake_sft)
+    monkeypatch.setattr(sft_module, "sft", fake_sft)
     cfg = load_config(None, ["warm_start.steps=7", "warm_start.episodes=6", "warm_start.lr=0.01",
                              "warm_start.batch_size=3", "warm_start.oracle={direct_rate: 1.0}",
                              "warm_start.target_success=0.7", "warm_start.holdout_episodes=5",
