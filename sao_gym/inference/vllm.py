@@ -21,11 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-import tempfile
 import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from sao_gym.inference.base import BackendClosed, InferenceError, prompt_list
@@ -55,15 +52,13 @@ class VLLMBackend:
                  policy_version: int = 0, max_model_len: int | None = None,
                  dtype: str = "auto", sync_dir: str | os.PathLike[str] | None = None,
                  **engine_kwargs: Any):
-        from sao_gym.inference.weights import WeightsPublisher
+        from sao_gym.inference.weights import WeightSync
 
         self.model_path = str(model_path)
         self._engine_kwargs = {"seed": seed, "max_model_len": max_model_len, "dtype": dtype,
                                "enforce_eager": True, **engine_kwargs}
         self._version = policy_version
-        self._own_sync_dir = sync_dir is None
-        root = Path(tempfile.mkdtemp(prefix="sao-gym-weights-") if sync_dir is None else sync_dir)
-        self._publisher = WeightsPublisher(root)
+        self._sync = WeightSync(sync_dir)
         self._engine: Any = None
         self._closed = False
         self._lock = asyncio.Lock()
@@ -131,18 +126,8 @@ class VLLMBackend:
                              version: int) -> None:
         """Reload the engine's weights from ``weights`` as ``version``; requests keep running."""
         await self.start()
-        if isinstance(weights, (str, os.PathLike)):
-            path = Path(weights)
-        else:
-            path = await asyncio.to_thread(self._publisher.publish, weights, version)
-        engine = self._engine
-        await engine.pause_generation(mode="keep", clear_cache=True)
-        try:
-            await engine.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
-            await engine.update_weight_version(str(version))
-            self._version = int(version)
-        finally:
-            await engine.resume_generation()
+        path = await self._sync.path(weights, version)
+        await self._sync.reload(_EngineCalls(self), path, version)
 
     async def aclose(self) -> None:
         """Shut the engine down (idempotent)."""
@@ -152,8 +137,27 @@ class VLLMBackend:
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
-        if self._own_sync_dir:
-            shutil.rmtree(self._publisher.root, ignore_errors=True)
+        self._sync.close()
+
+
+class _EngineCalls:
+    """The in-process engine's weight-update calls (:class:`~.weights.Reloadable`)."""
+
+    def __init__(self, backend: VLLMBackend):
+        self.backend, self.engine = backend, backend._engine
+
+    async def pause(self) -> None:
+        await self.engine.pause_generation(mode="keep", clear_cache=True)
+
+    async def reload(self, path: str) -> None:
+        await self.engine.collective_rpc("reload_weights", kwargs={"weights_path": path})
+
+    async def set_version(self, version: int) -> None:
+        await self.engine.update_weight_version(str(version))
+        self.backend._version = version
+
+    async def resume(self) -> None:
+        await self.engine.resume_generation()
 
 
 __all__ = ["VLLMBackend"]

@@ -45,13 +45,11 @@ that cannot start (``replace`` raises) leaves the server out.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -151,13 +149,11 @@ class VLLMServerBackend:
                  initial_weights: str | os.PathLike[str] | None = None,
                  on_close: Callable[[], Any] | None = None,
                  replace: Callable[[str], str] | None = None):
-        from sao_gym.inference.weights import WeightsPublisher
+        from sao_gym.inference.weights import WeightSync
 
         self.router = Router([u.rstrip("/") for u in urls])
         self.model = model
-        self._own_sync_dir = sync_dir is None
-        root = Path(tempfile.mkdtemp(prefix="sao-gym-weights-") if sync_dir is None else sync_dir)
-        self._publisher = WeightsPublisher(root)
+        self._sync = WeightSync(sync_dir)
         self._version = policy_version
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_read=read_timeout_s,
                                               sock_connect=connect_timeout_s)
@@ -244,12 +240,9 @@ class VLLMServerBackend:
         :class:`NoServersAvailable` when none is left.
         """
         await self.start()
-        if isinstance(weights, (str, os.PathLike)):
-            path = Path(weights)
-        else:
-            path = await asyncio.to_thread(self._publisher.publish, weights, version)
-        self._weights = (str(path), int(version))  # what a replacement must load from now on
-        await self._update_all(str(path), version)
+        path = await self._sync.path(weights, version)
+        self._weights = (path, int(version))  # what a replacement must load from now on
+        await self._update_all(path, version)
         self._version = int(version)
 
     async def _update_all(self, path: str, version: int, *, strict: bool = False) -> None:
@@ -280,8 +273,7 @@ class VLLMServerBackend:
         await asyncio.gather(*self._replacing, return_exceptions=True)
         if self._http is not None:
             await self._http.close()
-        if self._own_sync_dir:
-            shutil.rmtree(self._publisher.root, ignore_errors=True)
+        self._sync.close()
         if self._on_close is not None:
             await asyncio.to_thread(self._on_close)
 
@@ -320,15 +312,7 @@ class VLLMServerBackend:
             await asyncio.wait(set(self._replacing))
 
     async def _update_on(self, server: Server, path: str, version: int) -> None:
-        await self._call(server, "POST", "/pause", params={"mode": "keep", "clear_cache": "true"})
-        try:
-            await self._call(server, "POST", "/collective_rpc",
-                             json={"method": "reload_weights", "kwargs": {"weights_path": path}})
-            await self._call(server, "POST", "/update_weight_version",
-                             json={"new_version": str(version)})
-            server.version = int(version)
-        finally:
-            await self._call(server, "POST", "/resume")
+        await self._sync.reload(_ServerCalls(self, server), path, version)
 
     async def _generate_on(self, server: Server, prompt: list[int],
                            params: SamplingParams) -> Generation:
@@ -421,6 +405,27 @@ async def _raise_for_status(resp: aiohttp.ClientResponse, where: str) -> None:
     if resp.status >= 500:
         raise _Retryable(f"HTTP {resp.status}: {message}")
     raise ValueError(f"{where} rejected the request (HTTP {resp.status}): {message}")
+
+
+class _ServerCalls:
+    """One server's weight-update routes (:class:`~.weights.Reloadable`)."""
+
+    def __init__(self, backend: VLLMServerBackend, server: Server):
+        self.call, self.server = functools.partial(backend._call, server), server
+
+    async def pause(self) -> None:
+        await self.call("POST", "/pause", params={"mode": "keep", "clear_cache": "true"})
+
+    async def reload(self, path: str) -> None:
+        await self.call("POST", "/collective_rpc",
+                        json={"method": "reload_weights", "kwargs": {"weights_path": path}})
+
+    async def set_version(self, version: int) -> None:
+        await self.call("POST", "/update_weight_version", json={"new_version": str(version)})
+        self.server.version = version
+
+    async def resume(self) -> None:
+        await self.call("POST", "/resume")
 
 
 __all__ = ["NoServersAvailable", "ServerConfigError", "ServerError", "VLLMServerBackend",

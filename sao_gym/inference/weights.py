@@ -5,16 +5,24 @@ dict under its Hugging Face names. It is what ``update_weights(path, ...)``
 takes, what ``vllm serve`` reloads with ``reload_weights`` and what
 ``sao-gym serve`` reads. :class:`WeightsPublisher` writes one per version for
 backends that run in other processes, keeping only the newest few.
+
+:class:`WeightSync` is what both vLLM backends (in-process and over HTTP) do
+to serve a new policy version while requests keep running: turn the new
+weights into a weights directory (a state dict is published; a path is taken
+as it is), then, for each engine, pause it keeping its requests -> reload
+from the directory -> set the version -> resume (always).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -88,4 +96,62 @@ class WeightsPublisher:
         return path
 
 
-__all__ = ["WEIGHTS_FILE", "WeightsPublisher", "load_weights_dir", "save_weights_dir"]
+class Reloadable(Protocol):
+    """One vLLM engine's weight-update calls (in-process or over HTTP)."""
+
+    async def pause(self) -> None:
+        """Stop sampling, keeping the requests (their tokens so far are flushed)."""
+
+    async def reload(self, path: str) -> None:
+        """Reload the weights from a weights directory."""
+
+    async def set_version(self, version: int) -> None:
+        """Tag what it samples from now on with ``version``."""
+
+    async def resume(self) -> None:
+        """Sample again."""
+
+
+class WeightSync:
+    """The weights directory of a backend and the reload sequence of its engines.
+
+    Args:
+        sync_dir: where state dicts are published (must be readable by the
+            engines); None: a temporary directory removed by :meth:`close`.
+
+    """
+
+    def __init__(self, sync_dir: str | os.PathLike[str] | None = None):
+        self._own = sync_dir is None
+        root = Path(tempfile.mkdtemp(prefix="sao-gym-weights-") if sync_dir is None else sync_dir)
+        self.publisher = WeightsPublisher(root)
+
+    async def path(self, weights: Mapping[str, Any] | str | os.PathLike[str],
+                   version: int) -> str:
+        """The weights directory of ``weights``: a state dict is published first."""
+        if isinstance(weights, (str, os.PathLike)):
+            return str(weights)
+        return str(await asyncio.to_thread(self.publisher.publish, weights, version))
+
+    @staticmethod
+    async def reload(engine: Reloadable, path: str, version: int) -> None:
+        """Pause ``engine`` (requests kept) -> reload ``path`` -> set ``version`` -> resume.
+
+        The resume runs whatever happens, so a failed reload never leaves the
+        engine paused with requests waiting.
+        """
+        await engine.pause()
+        try:
+            await engine.reload(path)
+            await engine.set_version(int(version))
+        finally:
+            await engine.resume()
+
+    def close(self) -> None:
+        """Remove the directory if it is this object's own."""
+        if self._own:
+            shutil.rmtree(self.publisher.root, ignore_errors=True)
+
+
+__all__ = ["WEIGHTS_FILE", "Reloadable", "WeightSync", "WeightsPublisher", "load_weights_dir",
+           "save_weights_dir"]

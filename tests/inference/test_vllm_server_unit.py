@@ -291,7 +291,7 @@ async def test_aclose_removes_its_own_sync_dir(serve):
     (a,) = await serve(Fake())
     backend = VLLMServerBackend([a.url], retries=0, backoff_s=0.01)
     await backend.start()
-    root = backend._publisher.root
+    root = backend._sync.publisher.root
     assert root.is_dir()
     await backend.aclose()
     assert not root.exists()
