@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from sao_gym.inference.base import InferenceError
+from sao_gym.utils.restarts import GivenUp, Restarts
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,7 @@ class LocalServers:
         self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
         self.max_restarts, self.host = max_restarts, host
         self.threads = threads if threads is not None else shared_threads(n)
-        self.restarts = [0] * n
+        self._restarts = Restarts(n, limit=max_restarts)
         """Times each server was started again (:meth:`replace`)."""
         self.procs: list[subprocess.Popen] = []
         self.urls: list[str] = []
@@ -151,6 +152,11 @@ class LocalServers:
             raise
         return list(self.urls)
 
+    @property
+    def restarts(self) -> list[int]:
+        """Replacements so far, per server."""
+        return self._restarts.used
+
     def replace(self, url: str) -> str:
         """Start a new server in place of the one at ``url`` (killed first); its URL.
 
@@ -164,11 +170,10 @@ class LocalServers:
         with self._lock:
             if self._stopped:
                 raise LaunchError("the servers were stopped")
-            if self.restarts[i] >= self.max_restarts:
-                raise LaunchError(f"{self.kind} server {i} was replaced {self.restarts[i]} "
-                                  f"times already (max_restarts={self.max_restarts}); not "
-                                  f"again:\n{self.log_tail(i)}")
-            self.restarts[i] += 1
+            try:
+                self._restarts.spend(i, f"{self.kind} server {i}")
+            except GivenUp as e:
+                raise LaunchError(f"{e}:\n{self.log_tail(i)}") from None
             self.kill(i)
             self.procs[i], self.urls[i] = self._spawn(i)
         logger.warning("starting %s server %d again (restart %d of %d) at %s", self.kind, i,

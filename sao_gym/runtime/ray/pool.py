@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sao_gym.types import Rollout
+from sao_gym.utils.restarts import GivenUp, Restarts
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ class _Slot:
     handle: Any = None
     pid: int | None = None
     generation: int = 0
-    restarts: int = 0
     load: int = 0
     alive: bool = False
     episodes: int = 0
@@ -82,12 +82,16 @@ class WorkerPool:
         self.max_restarts, self.startup_timeout_s = max_restarts, startup_timeout_s
         self.version, self.box = version, box
         self.slots = [_Slot(i) for i in range(workers)]
-        self.restarts = 0
-        """Workers replaced so far."""
+        self._restarts = Restarts(workers, limit=max_restarts)
         self._changed = asyncio.Condition()
         self._replacing: dict[int, asyncio.Task] = {}
         self._on_close = on_close
         self._closed = False
+
+    @property
+    def restarts(self) -> int:
+        """Workers replaced so far."""
+        return self._restarts.total
 
     @property
     def concurrency(self) -> int:
@@ -165,15 +169,15 @@ class WorkerPool:
             slot.generation += 1
             slot.alive = False
             self._changed.notify_all()
-            if slot.restarts >= self.max_restarts:
-                logger.error("rollout worker %d (pid %s) died: %s; given up after %d "
-                             "restarts", slot.index, slot.pid, _short(error), slot.restarts)
+            try:
+                n = self._restarts.spend(slot.index, f"rollout worker {slot.index}")
+            except GivenUp as e:
+                logger.error("rollout worker %d (pid %s) died: %s; given up: %s", slot.index,
+                             slot.pid, _short(error), e)
                 return
-            slot.restarts += 1
-            self.restarts += 1
             logger.warning("rollout worker %d (pid %s) died: %s; restarting it (restart %d of "
                            "%d), its unfinished episodes run again", slot.index, slot.pid,
-                           _short(error), slot.restarts, self.max_restarts)
+                           _short(error), n, self.max_restarts)
             self._replacing[slot.index] = asyncio.ensure_future(self._replace(slot))
 
     async def _replace(self, slot: _Slot) -> None:
@@ -237,7 +241,8 @@ class WorkerPool:
 
     def stats(self) -> list[dict[str, Any]]:
         """Per worker: index, pid, restarts, episodes delivered, policy versions sampled."""
-        return [{"index": s.index, "pid": s.pid, "restarts": s.restarts, "alive": s.alive,
+        return [{"index": s.index, "pid": s.pid, "restarts": self._restarts.used[s.index],
+                 "alive": s.alive,
                  "episodes": s.episodes, "versions": sorted(s.versions)} for s in self.slots]
 
 

@@ -30,6 +30,7 @@ from typing import Any
 
 from sao_gym.inference.launch import LaunchError
 from sao_gym.runtime.ray.cluster import actor_threads
+from sao_gym.utils.restarts import GivenUp, Restarts
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class RayServers:
                         "scheduling_strategy": "SPREAD"}
         self.actors: list[Any] = []
         self.urls: list[str] = []
-        self.restarts = [0] * n
+        self._restarts = Restarts(n, limit=max_restarts)
         """Times each server was replaced (its process or its actor)."""
 
     def _new_actor(self, i: int) -> Any:
@@ -127,6 +128,11 @@ class RayServers:
         logger.info("inference server actors up: %s", ", ".join(self.urls))
         return list(self.urls)
 
+    @property
+    def restarts(self) -> list[int]:
+        """Replacements so far, per server."""
+        return self._restarts.used
+
     def replace(self, url: str) -> str:
         """Start the server at ``url`` again: in its actor, or in a new actor if that is gone."""
         import ray
@@ -134,10 +140,10 @@ class RayServers:
         if url not in self.urls:
             raise ValueError(f"{url} is not one of these servers: {self.urls}")
         i = self.urls.index(url)
-        if self.restarts[i] >= self.max_restarts:
-            raise LaunchError(f"inference server {i} was replaced {self.restarts[i]} times "
-                              f"already (max_restarts={self.max_restarts}); not again")
-        self.restarts[i] += 1
+        try:
+            self._restarts.spend(i, f"inference server {i}")
+        except GivenUp as e:
+            raise LaunchError(str(e)) from None
         try:
             new = self._get(self.actors[i].replace.remote(url), f"inference server actor {i}")
         except ray.exceptions.RayActorError as e:
