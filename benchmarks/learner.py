@@ -101,18 +101,19 @@ def main() -> None:
     tokens = sum(len(r.token_ids) for r in rollouts)
 
     def cfg(**kw):
-        return LearnerConfig(lr=1e-6, critic_warmup_steps=0, group_size=GROUP,
+        return LearnerConfig(lr=1e-6, critic_warmup_steps=0,
                              max_tokens_per_microbatch=args.max_tokens, **kw)
 
-    learners = {"grpo": build_learner("grpo", path, cfg()),
-                "grpo_dis": build_learner("grpo_dis", path, cfg()),
+    learners = {"grpo": build_learner("grpo", path, cfg(), group_size=GROUP),
+                "grpo_dis": build_learner("grpo_dis", path, cfg(), group_size=GROUP),
                 "sao": build_learner("sao", path, cfg()),
                 "sao K=1": build_learner("sao", path, cfg(critic_updates=1)),
                 **{f"sao {n}L critic": build_learner("sao", path, cfg(critic_layers=n))
                    for n in sorted({max(1, args.layers // 2), 1})}}
     if native_bf16():
         learners["sao bf16"] = build_learner("sao", path, cfg(autocast="bfloat16"))
-        learners["grpo bf16"] = build_learner("grpo", path, cfg(autocast="bfloat16"))
+        learners["grpo bf16"] = build_learner("grpo", path, cfg(autocast="bfloat16"),
+                                              group_size=GROUP)
     bare_model = learners["grpo"].policy
     bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=1e-6)
     mbs = micro_batches(rollouts, args.max_tokens)

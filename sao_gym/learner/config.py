@@ -60,8 +60,6 @@ class LearnerConfig:
     task, as when evaluation counts it a failure)."""
     value_clip: float | None = None
     """PPO-style value clipping around the pre-update values; ``None``: plain MSE."""
-    group_size: int = 8
-    """Rollouts per group (``Rollout.group_id``) for the GRPO algorithms."""
     running_mean_window: int = 8
     """Rewards in the running-mean baseline's window."""
     running_mean_per_prompt: bool = True
@@ -100,7 +98,7 @@ class LearnerConfig:
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}")
-        for name in ("lr", "lambda_alpha", "max_tokens_per_microbatch", "group_size",
+        for name in ("lr", "lambda_alpha", "max_tokens_per_microbatch",
                      "running_mean_window", "policy_minibatches"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

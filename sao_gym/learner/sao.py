@@ -163,7 +163,8 @@ class Learner:
 
     def __init__(self, algorithm: str | Algorithm, policy: Engine, critic: Engine | None,
                  config: LearnerConfig, pad_id: int = 0, tokenizer: Any = None,
-                 total_steps: int | None = None, temperature: float = 1.0):
+                 total_steps: int | None = None, temperature: float = 1.0,
+                 group_size: int = 1):
         lr_scale(0, total_steps, config.lr_schedule, config.lr_final_ratio)  # checks
         spec = find_algorithm(algorithm)
         if spec.critic != (critic is not None):
@@ -175,8 +176,13 @@ class Learner:
                 "learner autocast %s on %s, which has no native bf16 (no AVX512-BF16/AMX): "
                 "expect training to be many times slower than float32", config.autocast,
                 config.device)
+        if spec.grouped and group_size < 2:
+            raise ValueError(f"{spec.name} trains groups: group_size must be >= 2, got "
+                             f"{group_size}")
         self.spec = spec
         """The algorithm's record."""
+        self.group_size = group_size
+        """Rollouts per group of a grouped algorithm (the rollout source's ``group_size``)."""
         self.algorithm = spec.name
         self.total_steps = total_steps
         """Length of the run in learner steps, for a decaying ``lr_schedule``."""
@@ -312,10 +318,10 @@ class Learner:
         if mixed:
             raise ValueError(f"{self.algorithm}: a group must hold rollouts of one task; "
                              f"got {mixed}")
-        wrong = {_describe_group(k): n for k, n in sizes.items() if n != self.config.group_size}
+        wrong = {_describe_group(k): n for k, n in sizes.items() if n != self.group_size}
         if wrong:
             raise ValueError(
-                f"{self.algorithm} needs groups of {self.config.group_size} rollouts "
+                f"{self.algorithm} needs groups of {self.group_size} rollouts "
                 f"(grouped by Rollout.group_id, or task_id where group_id is None); "
                 f"got sizes {wrong}")
 
@@ -524,7 +530,8 @@ def _explained_variance(values, returns, mbs) -> float:
 
 def build_learner(algorithm: str | Algorithm, policy_path: str,
                   config: LearnerConfig | None = None, *, critic_path: str | None = None,
-                  total_steps: int | None = None, temperature: float = 1.0) -> Learner:
+                  total_steps: int | None = None, temperature: float = 1.0,
+                  group_size: int = 1) -> Learner:
     """Load the policy (and the critic, for an algorithm with one) from ``policy_path``.
 
     Each model goes into a :class:`~sao_gym.learner.engine.LocalEngine` on
@@ -533,6 +540,7 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
     (``critic_path``). ``total_steps`` (the run's length in learner steps) is
     needed by a decaying ``lr_schedule``. ``temperature`` is the sampler's
     temperature (> 0): the learner scores tokens under ``softmax(logits / temperature)``.
+    ``group_size``: rollouts per group of a grouped algorithm (GRPO).
     """
     from sao_gym.models import load_policy
 
@@ -549,4 +557,5 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
             num_layers=config.critic_layers), config, config.critic_lr or 5 * config.lr)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Learner(spec, local_engine(policy, config, config.lr), critic, config, pad_id=pad,
-                   tokenizer=tokenizer, total_steps=total_steps, temperature=temperature)
+                   tokenizer=tokenizer, total_steps=total_steps, temperature=temperature,
+                   group_size=group_size)

@@ -12,13 +12,11 @@ nothing of the runtimes.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from pathlib import Path
 from typing import Any
 
-from sao_gym.learner.algorithms import find_algorithm
 from sao_gym.runtime.config import ConfigError, TrainConfig
 from sao_gym.runtime.parts import (
     AgentFactory,
@@ -107,15 +105,12 @@ def check_setup(config: TrainConfig) -> None:
 
 
 def learner_factory(config: TrainConfig) -> LearnerFactory:
-    """The learner: algorithm, learner config, run length, sampler temperature.
+    """The learner: algorithm, learner config, run length, sampler temperature, group size.
 
-    A grouped algorithm's group size is ``rollout.group_size``.
+    The group size is ``rollout.group_size``, the one place it is set.
     """
-    learner = config.learner
-    if find_algorithm(config.algorithm).grouped:
-        learner = dataclasses.replace(learner, group_size=config.rollout.group_size)
-    return LearnerFactory(config.algorithm, learner, config.total_steps,
-                          config.rollout.temperature)
+    return LearnerFactory(config.algorithm, config.learner, config.total_steps,
+                          config.rollout.temperature, config.rollout.group_size)
 
 
 def backend_factory(config: TrainConfig) -> BackendFactory:

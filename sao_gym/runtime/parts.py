@@ -210,6 +210,8 @@ class LearnerFactory:
     config: LearnerConfig
     total_steps: int
     temperature: float = 1.0
+    group_size: int = 1
+    """Rollouts per group of a grouped algorithm."""
 
     def __call__(self, policy_path: str, resume_from: str | Path | None = None) -> Any:
         """The learner training ``policy_path`` (or ``resume_from``'s learner state)."""
@@ -217,7 +219,8 @@ class LearnerFactory:
         from sao_gym.runtime.checkpoint import CheckpointManager
 
         learner = build_learner(self.algorithm, policy_path, self.config,
-                                total_steps=self.total_steps, temperature=self.temperature)
+                                total_steps=self.total_steps, temperature=self.temperature,
+                                group_size=self.group_size)
         if resume_from is not None:
             learner.load_state_dict(CheckpointManager.load(resume_from)[0])
         return learner

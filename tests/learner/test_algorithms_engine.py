@@ -158,7 +158,7 @@ def test_find_algorithm_says_what_is_wrong(algo_dir):
 
 def test_the_mismatch_metric_uses_the_configured_band(tiny_model_path):
     learner = build_learner("grpo_dis", tiny_model_path, LearnerConfig(
-        lr=1e-3, eps_low=0.001, eps_high=0.001, group_size=2))
+        lr=1e-3, eps_low=0.001, eps_high=0.001), group_size=2)
     assert learner.band == (0.001, 0.001)
     ids = [1, 2, 3, 4, 5, 6]
     exact = sampler_logprobs(learner.policy, ids)

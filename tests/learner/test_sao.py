@@ -95,10 +95,10 @@ def _outcome_advs(rollouts, per_rollout):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
     group = 4 if algorithm.startswith("grpo") else None
-    cfg = LearnerConfig(lr=1e-4, critic_warmup_steps=0, critic_updates=1, group_size=4,
+    cfg = LearnerConfig(lr=1e-4, critic_warmup_steps=0, critic_updates=1,
                         max_tokens_per_microbatch=64,  # forces gradient accumulation
                         bootstrap_truncated=algorithm == "sao")  # both ways: sao, vapo
-    learner = build_learner(algorithm, tiny_model_path, cfg)
+    learner = build_learner(algorithm, tiny_model_path, cfg, group_size=group or 1)
     rollouts = _batch(learner.policy, 8, seed=1, group_size=group, truncated_every=3)
     if algorithm in ("sao", "vapo"):
         advs, vloss = ref_critic(learner, rollouts, lambda n: 1 - 1 / (1.5 * n))
@@ -234,7 +234,7 @@ def test_state_dict_resume_is_exact(tiny_model_path):
 def test_bad_batches_are_refused_clearly(tiny_model_path):
     import dataclasses
 
-    learner = build_learner("grpo", tiny_model_path, LearnerConfig(group_size=4))
+    learner = build_learner("grpo", tiny_model_path, LearnerConfig(), group_size=4)
     rollouts = _batch(learner.policy, 4, group_size=2)
     with pytest.raises(ValueError, match="groups of 4"):
         learner.update(rollouts)
@@ -247,7 +247,9 @@ def test_bad_batches_are_refused_clearly(tiny_model_path):
     with pytest.raises(ValueError, match="aggregation"):
         LearnerConfig(aggregation="sum")
     with pytest.raises(ValueError, match="no critic"):
-        build_learner("grpo", tiny_model_path).pretrain_critic(rollouts, 1)
+        learner.pretrain_critic(rollouts, 1)
+    with pytest.raises(ValueError, match="grpo trains groups: group_size must be >= 2"):
+        build_learner("grpo", tiny_model_path)  # the source's group size is needed
 
 
 def test_pretrain_critic_raises_explained_variance(tiny_model_path):
@@ -404,7 +406,7 @@ def test_temperature_must_be_positive(tiny_model_path, temperature):
 
 
 def test_ppo_old_logprobs_use_the_temperature(tiny_model_path):
-    learner = build_learner("grpo", tiny_model_path, LearnerConfig(group_size=2),
+    learner = build_learner("grpo", tiny_model_path, LearnerConfig(), group_size=2,
                             temperature=0.5)
     m = learner.update(_batch(learner.policy, 4, group_size=2))
     assert m["sao/ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # old == current, both at T
@@ -413,7 +415,7 @@ def test_ppo_old_logprobs_use_the_temperature(tiny_model_path):
 # ---------- GRPO groups ----------
 
 def test_grpo_groups_by_group_id_even_for_the_same_task(tiny_model_path):
-    learner = build_learner("grpo", tiny_model_path, LearnerConfig(lr=1e-4, group_size=4))
+    learner = build_learner("grpo", tiny_model_path, LearnerConfig(lr=1e-4), group_size=4)
     rng = random.Random(3)
     rewards = [1, 1, 0, 1, 0, 1, 0, 0]
     groups = [0, 1, 0, 1, 0, 1, 0, 1]  # interleaved: two groups that drew one task
@@ -432,7 +434,7 @@ def test_grpo_groups_by_group_id_even_for_the_same_task(tiny_model_path):
 def test_grpo_groups_must_be_whole_and_of_one_task(tiny_model_path):
     import dataclasses
 
-    learner = build_learner("grpo_dis", tiny_model_path, LearnerConfig(group_size=2))
+    learner = build_learner("grpo_dis", tiny_model_path, LearnerConfig(), group_size=2)
     base = _batch(learner.policy, 4, group_size=2)  # tasks task0, task0, task1, task1
     regroup = [dataclasses.replace(r, group_id=g) for r, g in zip(base, [7, 7, 7, 8],
                                                                  strict=True)]
@@ -520,7 +522,7 @@ def test_pre_update_values_come_from_the_first_critic_pass(tiny_model_path, upda
 def test_ppo_old_logprobs_cost_a_pass_only_after_the_first_step(tiny_model_path, parts, extra):
     """The first minibatch's own forward is the start-of-step policy; later ones need one."""
     learner = build_learner("grpo", tiny_model_path, LearnerConfig(
-        lr=1e-2, group_size=2, policy_minibatches=parts))
+        lr=1e-2, policy_minibatches=parts), group_size=2)
     rollouts = [dataclasses.replace(r, reward=float(i % 2))  # every group has a signal
                 for i, r in enumerate(_batch(learner.policy, 4, group_size=2))]
     calls = _count_forwards(learner.policy)
