@@ -54,7 +54,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.config import load_config, load_recipe
+    from sao_gym.runtime.loader import load_config, load_recipe
     from sao_gym.runtime.ray.cluster import connect
 
     root = Path(args.out or tempfile.mkdtemp(prefix="sao-ray-scaling-"))

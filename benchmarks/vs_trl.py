@@ -304,7 +304,7 @@ def sao_worker(spec_path: Path) -> None:
     import yaml
 
     from sao_gym.runtime.build import build_trainer
-    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.loader import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     spec = read_json(spec_path)

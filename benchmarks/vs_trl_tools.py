@@ -305,7 +305,7 @@ def sao_worker(spec_path: Path) -> None:
     import yaml
 
     from sao_gym.runtime.build import build_trainer
-    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.loader import load_config
 
     bench = importlib.import_module(ENV_MODULE)  # the module the env is made from (its LATENCY)
 

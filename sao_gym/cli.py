@@ -132,7 +132,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     from sao_gym.progress import ProgressDisplay
     from sao_gym.runtime.build import check_setup
-    from sao_gym.runtime.config import ConfigError, load_config, recipe_path
+    from sao_gym.runtime.config import ConfigError
+    from sao_gym.runtime.loader import load_config, recipe_path
 
     console = Console(stderr=True)
     try:
@@ -217,8 +218,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"error: {missing}", file=sys.stderr)
         return 2
     from sao_gym.runtime.checkpoint import CheckpointManager
-    from sao_gym.runtime.config import ConfigError, load_config
+    from sao_gym.runtime.config import ConfigError
     from sao_gym.runtime.job import EVAL_SEED, resolve_model
+    from sao_gym.runtime.loader import load_config
 
     overrides = []
     if args.env is not None:

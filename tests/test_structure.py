@@ -127,7 +127,7 @@ def _holds_a_config(obj, seen=None) -> list[str]:
 ])
 def test_the_run_parts_are_picklable_factories_without_a_config(overrides):
     from sao_gym.runtime.build import run_parts
-    from sao_gym.runtime.config import load_recipe
+    from sao_gym.runtime.loader import load_recipe
 
     config = load_recipe("demo", overrides)
     parts = run_parts(config)

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import TrainConfig, load_recipe
+from sao_gym.runtime.config import TrainConfig
+from sao_gym.runtime.loader import load_recipe
 
 
 def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
@@ -34,7 +35,9 @@ def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
     runs: dict[str, list[float]] = {"async": [], "sync": []}
     for rep in range(repeats):
         for mode in ("sync", "async"):
-            cfg = dataclasses.replace(base, mode=mode)
+            staleness = 0 if mode == "sync" else max(base.rollout.max_staleness, 1)
+            cfg = dataclasses.replace(base, rollout=dataclasses.replace(
+                base.rollout, max_staleness=staleness))
             trainer = build_trainer(cfg, root / f"{mode}-{rep}", policy_path=model)
             trainer.run()
             runs[mode].append(cfg.total_steps * cfg.rollout.batch_size / trainer.loop_seconds)

@@ -40,7 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import TrainConfig, save_config
+from sao_gym.runtime.config import TrainConfig
+from sao_gym.runtime.loader import save_config
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,8 @@ import importlib
 import pytest
 
 MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools", "sao_gym.logging",
-           "sao_gym.plotting", "sao_gym.evaluation", "sao_gym.utils.jsonl"]
+           "sao_gym.plotting", "sao_gym.evaluation", "sao_gym.utils.jsonl",
+           "sao_gym.runtime.loader", "sao_gym.utils.restarts", "sao_gym.learner.algorithms"]
 
 
 @pytest.mark.parametrize("name", MODULES)

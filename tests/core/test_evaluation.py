@@ -130,8 +130,8 @@ async def test_cancelling_an_evaluation_closes_every_env():
 @pytest.mark.slow
 def test_evaluate_policy_reports_the_infra_failures(tiny_model_path):
     """The `sao-gym eval` path: a real (tiny) policy, 20% of the seeds failing in reset."""
-    from sao_gym.runtime.config import load_config
     from sao_gym.runtime.job import evaluate
+    from sao_gym.runtime.loader import load_config
 
     config = load_config(None, [f"env={ENV_ID}", "rollout.max_new_tokens=4",
                                 "rollout.max_context_tokens=512", "rollout.max_episode_steps=2",

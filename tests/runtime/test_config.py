@@ -4,14 +4,8 @@ from pathlib import Path
 import pytest
 
 from sao_gym.learner.sao import LearnerConfig
-from sao_gym.runtime.config import (
-    ConfigError,
-    TrainConfig,
-    load_config,
-    load_recipe,
-    recipe_path,
-    save_config,
-)
+from sao_gym.runtime.config import ConfigError, TrainConfig
+from sao_gym.runtime.loader import load_config, load_recipe, recipe_path, save_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -227,3 +221,21 @@ def test_every_moved_key_gets_its_hint():
         load_config(None, ["batch_size=2", "total_stepz=3"])
     assert "did you mean 'rollout.batch_size'?" in str(e.value)
     assert "total_stepz" in str(e.value) and "valid keys:" in str(e.value)
+
+
+def test_mode_is_the_spelling_of_the_staleness_bound(tmp_path):
+    """`mode: sync` is `rollout.max_staleness: 0`, stored once; the saved config reads back."""
+    sync = load_config(None, ["mode=sync"])
+    assert sync.rollout.max_staleness == 0 and sync.mode == "sync" and sync.max_staleness == 0
+    assert "mode" not in sync.to_dict()  # one truth: the bound
+    assert load_config(None, ["rollout.max_staleness=0"]).mode == "sync"
+    assert load_config(None, ["mode=async"]).mode == "async"
+    assert load_config(None, ["mode=async", "rollout.max_staleness=3"]).max_staleness == 3
+    assert load_config(None, ["rollout.max_staleness=2", "mode=sync"]).max_staleness == 0
+    for bad, message in ((["mode=async", "rollout.max_staleness=0"], "0 is mode: sync"),
+                         (["mode=batch"], "mode must be one of")):
+        with pytest.raises(ConfigError, match=message):
+            load_config(None, bad)
+    path = tmp_path / "c.yaml"
+    save_config(sync, path)
+    assert load_config(path) == sync

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from sao_gym.runtime.config import load_config
 from sao_gym.runtime.fit import (
     FALLBACK_CONTEXT_TOKENS,
     FALLBACK_NEW_TOKENS,
     EpisodeShape,
     fit_budgets,
 )
+from sao_gym.runtime.loader import load_config
 from sao_gym.types import Rollout, StopReason
 
 

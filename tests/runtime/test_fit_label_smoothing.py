@@ -2,8 +2,8 @@
 
 import pytest
 
-from sao_gym.runtime.config import load_config
 from sao_gym.runtime.fit import SAMPLED_SUCCESS, fit_label_smoothing
+from sao_gym.runtime.loader import load_config
 from sao_gym.types import Rollout, StopReason
 
 

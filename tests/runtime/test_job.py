@@ -11,7 +11,7 @@ import pytest
 from sao_gym.cli import main
 from sao_gym.logging import read_metrics
 from sao_gym.runtime.checkpoint import CheckpointManager
-from sao_gym.runtime.config import recipe_path
+from sao_gym.runtime.loader import recipe_path
 
 SMALL = ["--set", "rollout.concurrency=2", "--set", "rollout.max_new_tokens=8",
          "--set", "rollout.max_episode_steps=2", "--set", "rollout.batch_size=1",
@@ -240,8 +240,8 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
     import os
 
     from sao_gym.cli import _print_result
-    from sao_gym.runtime.config import load_config
     from sao_gym.runtime.job import train
+    from sao_gym.runtime.loader import load_config
     from tests.runtime.fakes import fake_trainer
 
     trainers, evaluated = fake_job
@@ -263,7 +263,7 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
 
 def test_resume_says_from_which_step_and_checkpoint(tmp_path, tiny_model_path, fake_job,
                                                     capsys):
-    from sao_gym.runtime.config import load_config, save_config
+    from sao_gym.runtime.loader import load_config, save_config
     from tests.runtime.fakes import fake_trainer
 
     trainers, _ = fake_job

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from sao_gym.logging import read_metrics
-from sao_gym.runtime.config import load_config
 from sao_gym.runtime.job import build_trainer
+from sao_gym.runtime.loader import load_config
 from tests.processes import alive, command_line, descendants, server_processes, wait_until
 
 ray = pytest.importorskip("ray")
@@ -50,7 +50,7 @@ def cluster():
 def model(tmp_path_factory) -> str:
     """The demo's tiny model (0.5M parameters): the tests check mechanics, not learning."""
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.config import load_recipe
+    from sao_gym.runtime.loader import load_recipe
 
     return tiny_model(str(tmp_path_factory.mktemp("ray_model")),
                       **load_recipe("demo").model_options)

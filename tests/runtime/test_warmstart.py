@@ -396,7 +396,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     """`warm_start` binds the oracle options, seeds and batch size from the config."""
     from sao_gym.learner import sft as sft_module
     from sao_gym.runtime import job as train_main
-    from sao_gym.runtime.config import load_config
+    from sao_gym.runtime.loader import load_config
 
     seen = {}
 
