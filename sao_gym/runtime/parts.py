@@ -6,8 +6,9 @@ objects build the parts in this process (``runtime: local``) or are shipped
 to Ray actors (``runtime: ray``), and no actor ever sees a config:
 
 - :class:`EnvFactory`: one environment of the run (id, turn limit, options);
-- :class:`BackendFactory`: the inference backend (its section's values; a
-  Ray worker's share of the servers with :meth:`BackendFactory.share`);
+- the ``inference`` section (:mod:`sao_gym.inference.sections`): its own
+  keys and builder of the backend (a Ray worker's share of the servers with
+  its ``share``);
 - :class:`AgentFactory`: the sampling settings of one agent per episode;
 - :class:`RolloutFactory`: env + backend + agent -> :class:`Rollouts`
   (``play(seed)``, ``update_weights``, ``aclose``);
@@ -24,7 +25,6 @@ same :class:`RolloutFactory`, so ``inference.backend`` applies to it too.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,89 +50,6 @@ class EnvFactory:
 
         return sao_gym.make(self.env_id, max_episode_steps=self.max_episode_steps,
                             **dict(self.kwargs))
-
-
-@dataclass(frozen=True)
-class BackendFactory:
-    """Builds the inference backend that serves a checkpoint (docs/inference.md)."""
-
-    kind: str = "hf"
-    """``hf``, ``vllm`` or ``vllm_server``."""
-    max_batch_size: int = 32
-    max_model_len: int | None = None
-    """Context limit of in-process vLLM and launched servers."""
-    urls: tuple[str, ...] = ()
-    """``vllm_server``: running servers."""
-    launch: int = 0
-    """``vllm_server``: servers to start (with ``server``, ``server_python``)."""
-    server: str = "auto"
-    server_python: str | None = None
-    model_name: str = "policy"
-    read_timeout_s: float = 120.0
-    startup_timeout_s: float = 600.0
-    max_server_restarts: int = 3
-
-    def share(self, index: int, workers: int) -> BackendFactory:
-        """Rollout worker ``index``'s share of the servers (of ``workers`` workers).
-
-        ``urls`` are dealt round-robin (at least one per worker: a server is
-        driven, weights included, by one worker); ``launch: N`` becomes
-        ``N / workers`` servers each. Other backends are not shared.
-        """
-        if self.kind != "vllm_server":
-            return self
-        if self.urls:
-            if len(self.urls) < workers:
-                raise ValueError(f"runtime=ray with inference.urls needs at least one server per "
-                                 f"rollout worker: {len(self.urls)} urls, "
-                                 f"ray.rollout_workers={workers}")
-            return dataclasses.replace(self, urls=tuple(self.urls[index::workers]))
-        if self.launch % workers:
-            raise ValueError(f"runtime=ray: inference.launch ({self.launch}) must be a multiple "
-                             f"of ray.rollout_workers ({workers}); each worker starts its share")
-        return dataclasses.replace(self, launch=self.launch // workers)
-
-    def __call__(self, model_path: str, *, version: int, seed: int,
-                 run_dir: str | Path | None = None,
-                 launcher: Callable[..., Any] | None = None) -> Any:
-        """The backend serving ``model_path`` at policy ``version``.
-
-        ``vllm_server`` with ``launch: N`` starts N servers with ``launcher``
-        (:class:`~sao_gym.inference.launch.LocalServers`' signature; default:
-        LocalServers, child processes), their logs in ``run_dir/servers``; the
-        backend starts a dead one again (``max_server_restarts``) and stops
-        them when closed. Weights are published for servers under
-        ``run_dir/weights``.
-        """
-        if self.kind == "hf":
-            from sao_gym.inference.hf import HFBackend
-
-            return HFBackend(model_path, max_batch_size=self.max_batch_size, seed=seed,
-                             policy_version=version)
-        if self.kind == "vllm":
-            from sao_gym.inference.vllm import VLLMBackend
-
-            return VLLMBackend(model_path, seed=seed, policy_version=version,
-                               max_model_len=self.max_model_len)
-        from sao_gym.inference.launch import LocalServers
-        from sao_gym.inference.vllm_server import VLLMServerBackend
-
-        work = Path(run_dir) if run_dir is not None else None
-        urls, servers = list(self.urls), None
-        if not urls:
-            servers = (launcher or LocalServers)(
-                model_path, self.launch, kind=self.server, python=self.server_python,
-                log_dir=(work or Path(".")) / "servers", max_model_len=self.max_model_len,
-                served_model_name=self.model_name, max_batch_size=self.max_batch_size,
-                startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_server_restarts)
-            urls = servers.start()
-        return VLLMServerBackend(urls, model=self.model_name, policy_version=version,
-                                 sync_dir=work / "weights" if work is not None else None,
-                                 read_timeout_s=self.read_timeout_s,
-                                 initial_weights=model_path if self.urls else None,
-                                 on_close=servers.stop if servers is not None else None,
-                                 replace=servers.replace
-                                 if servers is not None and self.max_server_restarts else None)
 
 
 @dataclass(frozen=True)
@@ -187,7 +104,8 @@ class RolloutFactory:
     """Env + backend + agent: the :class:`Rollouts` of one process."""
 
     env: EnvFactory
-    backend: BackendFactory
+    backend: Any
+    """The inference section (:mod:`sao_gym.inference.sections`): builds the backend."""
     agent: AgentFactory
 
     def __call__(self, model_path: str, *, tokenizer_path: str | None = None, version: int = 0,
@@ -286,5 +204,5 @@ class RunParts:
     """``runtime: ray``: episodes each rollout worker runs at once."""
 
 
-__all__ = ["AgentFactory", "BackendFactory", "EnvFactory", "LearnerFactory", "RolloutFactory",
+__all__ = ["AgentFactory", "EnvFactory", "LearnerFactory", "RolloutFactory",
            "Rollouts", "RunParts", "SinkFactory", "SourceFactory"]

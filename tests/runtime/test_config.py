@@ -155,7 +155,29 @@ def test_ray_section_is_validated():
                           "inference.max_server_restarts must be >= 0"),
                          ("ray.adress=auto", "unknown key")]:
         with pytest.raises(ConfigError, match=message):
-            load_config(None, [bad])
+            load_config(None, [bad] if "max_server" not in bad else [
+                bad, "inference.backend=vllm_server", "inference.launch=1"])
+
+
+def test_each_inference_backend_has_a_section_of_its_own_keys(tmp_path):
+    from sao_gym.inference.sections import HFSection, VLLMSection, VLLMServerSection
+
+    assert load_config(None, []).inference == HFSection()
+    served = load_config(None, ["inference.backend=vllm_server", "inference.launch=2",
+                                "inference.server=sao"])
+    assert isinstance(served.inference, VLLMServerSection) and served.inference.launch == 2
+    assert isinstance(load_config(None, ["inference.backend=vllm"]).inference, VLLMSection)
+    with pytest.raises(ConfigError, match="inference.urls is a key of inference.backend "
+                                          "vllm_server, not hf"):
+        load_config(None, ["inference.urls=['http://x:1']"])
+    with pytest.raises(ConfigError, match="max_batch_size is a key of inference.backend hf "
+                                          "or vllm_server, not vllm"):
+        load_config(None, ["inference.backend=vllm", "inference.max_batch_size=4"])
+    with pytest.raises(ConfigError, match="needs inference.urls"):
+        load_config(None, ["inference.backend=vllm_server"])
+    path = tmp_path / "c.yaml"
+    save_config(served, path)
+    assert load_config(path) == served  # the section and its backend read back
 
 
 def test_the_learner_takes_rays_thread_rule_unless_told():
@@ -174,7 +196,7 @@ def test_ray_shares_servers_between_workers():
     cfg = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
                              f"inference.urls={urls}"])
     assert [backend_factory(cfg).share(i, 2).urls for i in range(2)] == [
-        (urls[0], urls[2]), (urls[1],)]
+        [urls[0], urls[2]], [urls[1]]]
     with pytest.raises(ValueError, match="at least one server per rollout worker"):
         backend_factory(cfg).share(0, 4)
     launch = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
@@ -183,7 +205,7 @@ def test_ray_shares_servers_between_workers():
     with pytest.raises(ValueError, match="multiple of ray.rollout_workers"):
         backend_factory(load_config(None, ["runtime=ray", "inference.backend=vllm_server",
                                            "inference.launch=3"])).share(0, 2)
-    assert backend_factory(load_config(None, [])).share(1, 2).kind == "hf"  # nothing to share
+    assert backend_factory(load_config(None, [])).share(1, 2).backend == "hf"  # nothing shared
 
 
 def test_yaml_files_take_scientific_notation_for_floats(tmp_path):

@@ -35,7 +35,7 @@ class WorkerSpec:
 
     rollouts: Any
     """The run's :class:`~sao_gym.runtime.parts.RolloutFactory`, with this worker's share
-    of the inference servers (:meth:`~sao_gym.runtime.parts.BackendFactory.share`)."""
+    of the inference servers (the inference section's ``share``)."""
     policy_path: str
     """The checkpoint the backend starts from (the run's start or resume point)."""
     tokenizer_path: str
