@@ -27,7 +27,10 @@ from sao_gym.inference.sections import HFSection, InferenceSection
 from sao_gym.learner.config import LearnerConfig
 
 MODES = ("async", "sync")
-RUNTIMES = ("local", "ray")
+RUNTIMES = {"local": "sao_gym.runtime.local:local_trainer",
+            "ray": "sao_gym.runtime.ray.build:ray_trainer"}
+"""Where each ``runtime`` places the run's parts: ``module:function(parts, run_dir, *,
+policy_path, resume, sinks) -> Trainer`` (imported by the job when it runs)."""
 TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size")  # of tiny_model()
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
@@ -293,7 +296,7 @@ class TrainConfig:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         if self.runtime not in RUNTIMES:
-            raise ConfigError(f"runtime must be one of {RUNTIMES}, got {self.runtime!r}")
+            raise ConfigError(f"runtime must be one of {tuple(RUNTIMES)}, got {self.runtime!r}")
         _at_least(self, 1, "total_steps")
         if self.chat_template not in (None, "compact", "chatml"):
             raise ConfigError(f"chat_template must be compact, chatml or null, got "

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import TrainConfig
+from sao_gym.runtime.config import RUNTIMES, TrainConfig
 from sao_gym.runtime.loader import save_config
 
 logger = logging.getLogger(__name__)
@@ -404,19 +404,13 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     return result
 
 
-RUNTIMES = {"local": "sao_gym.runtime.local:local_trainer",
-            "ray": "sao_gym.runtime.ray.build:ray_trainer"}
-"""Where each ``runtime`` places the run's parts: ``module:function(parts, run_dir, *,
-policy_path, resume, sinks) -> Trainer``."""
-
-
 def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
                   resume: bool = False, sinks: Any = ()) -> Any:
     """The :class:`~sao_gym.runtime.trainer.Trainer` of ``config`` in ``run_dir``.
 
     The config becomes the run's factories once
     (:func:`~sao_gym.runtime.build.run_parts`); ``runtime`` picks where they run
-    (:data:`RUNTIMES`). ``policy_path`` is the starting checkpoint; with
+    (:data:`~sao_gym.runtime.config.RUNTIMES`). ``policy_path`` is the starting checkpoint; with
     ``resume`` the latest checkpoint wins. A fresh run saves its config.
     """
     import importlib
@@ -428,7 +422,7 @@ def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         save_config(config, run_dir / "config.yaml")
-    module, _, name = RUNTIMES[config.runtime].partition(":")
+    module, _, name = RUNTIMES[config.runtime].partition(":")  # the config's table
     place = getattr(importlib.import_module(module), name)
     return place(run_parts(config), run_dir, policy_path=policy_path, resume=resume,
                  sinks=sinks)
