@@ -303,7 +303,7 @@ def sao_worker(spec_path: Path) -> None:
     """Train SAO for the spec's wall-clock budget; write RUN_DIR/train.json."""
     import yaml
 
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
     from sao_gym.runtime.loader import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

@@ -304,7 +304,7 @@ def sao_worker(spec_path: Path) -> None:
     """Train SAO on the spec's trajectory budget; write RUN_DIR/train.json."""
     import yaml
 
-    from sao_gym.runtime.build import build_trainer
+    from sao_gym.runtime.job import build_trainer
     from sao_gym.runtime.loader import load_config
 
     bench = importlib.import_module(ENV_MODULE)  # the module the env is made from (its LATENCY)

@@ -40,6 +40,6 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                           version=learner.policy_version,
                           max_versions_per_step=learner.max_versions_per_step)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
-    return Trainer(source=source, learner=learner, backend=rollouts, sink=sink,
+    return Trainer(source=source, learner=learner, backend=rollouts.backend, sink=sink,
                    checkpoints=checkpoints, total_steps=parts.total_steps,
                    checkpoint_every=parts.checkpoint_every)
