@@ -40,8 +40,16 @@ def _check_backend(section: Any, name: str) -> None:
                          f"{section.backend!r}")
 
 
+class _InProcess:
+    """A backend each process (each Ray rollout worker) runs for itself."""
+
+    def share(self, index: int, workers: int) -> Any:
+        """Nothing to deal out between workers: the section itself."""
+        return self
+
+
 @dataclass(frozen=True)
-class HFSection:
+class HFSection(_InProcess):
     """``backend: hf``: transformers in this process, with continuous batching."""
 
     backend: str = "hf"
@@ -51,10 +59,6 @@ class HFSection:
     def __post_init__(self) -> None:
         _check_backend(self, "hf")
         _at_least(self, 1, "max_batch_size")
-
-    def share(self, index: int, workers: int) -> HFSection:
-        """Every Ray rollout worker runs its own: nothing to deal out."""
-        return self
 
     def __call__(self, model_path: str, *, version: int, seed: int,
                  run_dir: str | Path | None = None,
@@ -67,7 +71,7 @@ class HFSection:
 
 
 @dataclass(frozen=True)
-class VLLMSection:
+class VLLMSection(_InProcess):
     """``backend: vllm``: vLLM's engine in this process (one GPU box)."""
 
     backend: str = "vllm"
@@ -77,10 +81,6 @@ class VLLMSection:
     def __post_init__(self) -> None:
         _check_backend(self, "vllm")
         _at_least(self, 1, "max_model_len")
-
-    def share(self, index: int, workers: int) -> VLLMSection:
-        """Every Ray rollout worker runs its own engine: nothing to deal out."""
-        return self
 
     def __call__(self, model_path: str, *, version: int, seed: int,
                  run_dir: str | Path | None = None,
