@@ -302,6 +302,10 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
                      else f" and sampled success the floor {ws.min_sampled_success}")
             say(f"warm start stopped: held-out {ws.target_metric} success reached the "
                 f"target {target}{floor}")
+        elif s.step == ws.steps and s.holdout_success is not None:
+            say(f"warm start: the held-out target was not reached in {ws.steps} steps; "
+                "RL starts from this checkpoint (raise warm_start.steps, or lower "
+                "warm_start.target_success)")
 
     return sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
                batch_size=ws.batch_size, warmup_steps=ws.steps // 20, seed=config.seed,

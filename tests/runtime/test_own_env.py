@@ -95,6 +95,7 @@ def test_an_own_env_trains_from_the_cli_with_no_config_and_eval_repeats_its_numb
     said = done.stderr + done.stdout
     assert "demonstrations: the oracle registered with relay_env:own/Relay-v0" in said
     assert "rollout.max_new_tokens = " in said and "rollout.max_context_tokens = " in said
+    assert "the held-out target was not reached in 4 steps; RL starts from this" in said
     config = yaml.safe_load((run / "config.yaml").read_text())
     rollout = config["rollout"]
     assert isinstance(rollout["max_new_tokens"], int) and rollout["max_new_tokens"] >= 8
