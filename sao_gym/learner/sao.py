@@ -232,11 +232,6 @@ class Learner:
         return self.critic_engine.optimizer if self.critic_engine is not None else None
 
     @property
-    def baseline(self) -> Any:
-        """The running-mean baseline, for the algorithm whose state it is (else None)."""
-        return self.state if isinstance(self.state, adv_lib.RunningMeanBaseline) else None
-
-    @property
     def max_versions_per_step(self) -> int:
         """The most policy versions one :meth:`update` can add (``policy_minibatches``)."""
         return self.config.policy_minibatches

@@ -124,7 +124,7 @@ def test_a_fake_engine_drives_the_update_without_a_model():
 
 def test_an_algorithm_from_a_module_outside_the_repository_trains(algo_dir, tiny_model_path):
     record = find_algorithm("my_algos:REINFORCE")
-    assert isinstance(record, Algorithm) and not record.critic and record.name == "reinforce"
+    assert not record.critic and record.name == "reinforce" and record.eps == (0.3, 5.0)
     engine = TableEngine(8)
     learner = Learner("my_algos:REINFORCE", engine, None, LearnerConfig(lr=1.0))
     m = learner.update(_rollouts())
