@@ -55,6 +55,11 @@ class HFSection(_InProcess):
     backend: str = "hf"
     max_batch_size: int = 32
     """Most sequences decoded together."""
+    batch_invariant: bool | None = None
+    """Decode each sequence alone, so that its tokens and logprobs do not depend on
+    what else is sampled at the time (bit for bit); costs the batching's throughput.
+    Null: on when training a sync run (``max_staleness: 0``), which is then
+    reproducible (docs/training.md), off otherwise."""
 
     def __post_init__(self) -> None:
         _check_backend(self, "hf")
@@ -66,8 +71,8 @@ class HFSection(_InProcess):
         """The backend serving ``model_path`` at policy ``version``."""
         from sao_gym.inference.hf import HFBackend
 
-        return HFBackend(model_path, max_batch_size=self.max_batch_size, seed=seed,
-                         policy_version=version)
+        return HFBackend(model_path, max_batch_size=1 if self.batch_invariant
+                         else self.max_batch_size, seed=seed, policy_version=version)
 
 
 @dataclass(frozen=True)

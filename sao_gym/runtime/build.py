@@ -113,14 +113,18 @@ def learner_factory(config: TrainConfig) -> LearnerFactory:
                           config.rollout.temperature, config.rollout.group_size)
 
 
-def backend_factory(config: TrainConfig) -> Any:
+def backend_factory(config: TrainConfig, *, batch_invariant: bool = False) -> Any:
     """The ``inference`` section: its own keys and the builder of the backend.
 
-    A null context limit of an in-process or launched vLLM is ``rollout.max_context_tokens``.
+    A null context limit of an in-process or launched vLLM is ``rollout.max_context_tokens``;
+    a null ``batch_invariant`` of the hf backend is ``batch_invariant`` (training a
+    sync run passes True: :func:`run_parts`).
     """
     inf = config.inference
     if getattr(inf, "max_model_len", 0) is None:
         inf = dataclasses.replace(inf, max_model_len=config.rollout.max_context_tokens)
+    if getattr(inf, "batch_invariant", False) is None:
+        inf = dataclasses.replace(inf, batch_invariant=batch_invariant)
     return inf
 
 
@@ -135,9 +139,16 @@ def agent_factory(config: TrainConfig, *, temperature: float | None = None) -> A
                         top_p=r.top_p)
 
 
-def rollout_factory(config: TrainConfig, *, temperature: float | None = None) -> RolloutFactory:
-    """Env + backend + agent of the run (evaluation passes its own ``temperature``)."""
-    return RolloutFactory(env_factory(config), backend_factory(config),
+def rollout_factory(config: TrainConfig, *, temperature: float | None = None,
+                    training: bool = False) -> RolloutFactory:
+    """Env + backend + agent of the run (evaluation passes its own ``temperature``).
+
+    The ``training`` rollouts of a sync run are batch-invariant unless the config
+    says otherwise: with each episode's own sampling seed
+    (:func:`~sao_gym.runtime.source.episode_seed`) such a run is reproducible.
+    """
+    invariant = training and config.max_staleness == 0
+    return RolloutFactory(env_factory(config), backend_factory(config, batch_invariant=invariant),
                           agent_factory(config, temperature=temperature))
 
 
@@ -145,7 +156,7 @@ def run_parts(config: TrainConfig) -> RunParts:
     """The run's factories and scalars (:mod:`sao_gym.runtime.parts`): all a runtime needs."""
     r = config.rollout
     return RunParts(
-        learner=learner_factory(config), rollouts=rollout_factory(config),
+        learner=learner_factory(config), rollouts=rollout_factory(config, training=True),
         source=SourceFactory(r.batch_size, r.group_size, config.max_staleness,
                              r.max_infra_retries),
         sink=SinkFactory(tuple(config.logging.names), config.to_dict()),

@@ -38,7 +38,8 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                               seed=parts.seed + learner.steps_done, run_dir=run_dir)
     source = parts.source(rollouts.play, concurrency=parts.concurrency, seed=next_seed,
                           version=learner.policy_version,
-                          max_versions_per_step=learner.max_versions_per_step)
+                          max_versions_per_step=learner.max_versions_per_step,
+                          sample_seed=parts.seed)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=rollouts.backend, sink=sink,
                    checkpoints=checkpoints, total_steps=parts.total_steps,

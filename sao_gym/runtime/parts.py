@@ -11,7 +11,7 @@ to Ray actors (``runtime: ray``), and no actor ever sees a config:
   its ``share``);
 - :class:`AgentFactory`: the sampling settings of one agent per episode;
 - :class:`RolloutFactory`: env + backend + agent -> :class:`Rollouts`
-  (``play(seed)``, ``update_weights``, ``aclose``);
+  (``play(seed, sample_seed)``, ``update_weights``, ``aclose``);
 - :class:`LearnerFactory`: the learner (algorithm, learner config, run length,
   temperature), from a checkpoint on resume;
 - :class:`SourceFactory`: the :class:`~sao_gym.runtime.source.RolloutSource`
@@ -84,11 +84,14 @@ class Rollouts:
     def __init__(self, make_env: EnvFactory, backend: Any, make_agent: Callable[..., Any]):
         self.make_env, self.backend, self.make_agent = make_env, backend, make_agent
 
-    async def play(self, seed: int) -> Any:
-        """One episode on the task of ``seed``."""
+    async def play(self, seed: int, sample_seed: int | None = None) -> Any:
+        """One episode on the task of ``seed``, its agent sampling with ``sample_seed``
+        (None: the backend's shared stream)."""
         from sao_gym.rollout import play_episode
 
-        return await play_episode(self.make_env, self.make_agent, seed=seed)
+        make_agent = (self.make_agent if sample_seed is None
+                      else functools.partial(self.make_agent, seed=sample_seed))
+        return await play_episode(self.make_env, make_agent, seed=seed)
 
     async def update_weights(self, weights: Any, version: int) -> None:
         """Serve policy ``version`` from now on."""
@@ -154,15 +157,16 @@ class SourceFactory:
     max_infra_retries: int = 3
 
     def __call__(self, play: Any, *, concurrency: int, seed: int, version: int,
-                 max_versions_per_step: int) -> Any:
-        """The source over ``play`` (an episode per seed), from task ``seed`` on."""
+                 max_versions_per_step: int, sample_seed: int = 0) -> Any:
+        """The source over ``play`` (an episode per seed), from task ``seed`` on; its
+        episodes' sampling seeds mix in ``sample_seed`` (the run's seed)."""
         from sao_gym.runtime.source import RolloutSource
 
         return RolloutSource(play, batch_size=self.batch_size, group_size=self.group_size,
                              concurrency=concurrency, max_staleness=self.max_staleness,
                              max_versions_per_step=max_versions_per_step,
                              max_infra_retries=self.max_infra_retries, seed=seed,
-                             version=version)
+                             sample_seed=sample_seed, version=version)
 
 
 @dataclass(frozen=True)

@@ -46,12 +46,21 @@ raises :class:`RolloutsFailing` instead of retrying forever.
 **Task stream.** Group ``g`` plays seed ``seed + g`` (each of its members
 resets with that seed, hence the same task); the seed is also its
 ``Rollout.group_id``. :meth:`state_dict` is the resume cursor.
+
+**Sampling seeds.** Each episode samples with its own seed,
+:func:`episode_seed` of (``sample_seed``, task seed, member, attempt): the
+members of a group sample differently, a retry differently from the failed
+try, and an episode's draws do not depend on what else runs at the time.
+With a batch-invariant backend and ``max_staleness = 0`` a run is therefore
+reproducible bit for bit (docs/training.md), and a resumed run replays the
+groups open at its checkpoint with the same draws.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -65,8 +74,15 @@ class RolloutsFailing(RuntimeError):
     """Every recent episode failed; training cannot go on (the message says how)."""
 
 
-PlayFn = Callable[[int], Awaitable[Rollout]]
-"""``play(seed) -> Rollout``: one whole episode on the task of ``seed``, errors as data."""
+PlayFn = Callable[[int, int], Awaitable[Rollout]]
+"""``play(seed, sample_seed) -> Rollout``: one whole episode on the task of ``seed``,
+its agent sampling with ``sample_seed``; errors as data."""
+
+
+def episode_seed(*parts: int) -> int:
+    """A 40-bit sampling seed mixed from ``parts`` (stable across processes and runs)."""
+    digest = hashlib.blake2b(",".join(str(int(p)) for p in parts).encode(), digest_size=5)
+    return int.from_bytes(digest.digest(), "little")
 
 
 @dataclass
@@ -100,7 +116,7 @@ class RolloutSource:
     """Concurrent episodes, admitted and handed out under the staleness bound.
 
     Args:
-        play: ``play(seed) -> Rollout`` for one episode (see :data:`PlayFn`);
+        play: ``play(seed, sample_seed) -> Rollout`` for one episode (see :data:`PlayFn`);
             an infra failure comes back as a rollout with ``infra_failure``.
         batch_size: rollouts per learner step.
         group_size: rollouts per task, delivered together.
@@ -109,6 +125,8 @@ class RolloutSource:
         max_versions_per_step: the most versions one learner step can add.
         max_infra_retries: retries of a failed episode before its group is dropped.
         seed: first task seed.
+        sample_seed: the run's sampling seed (the same on resume), mixed into
+            every episode's (module docs).
         version: the policy version now (nonzero on resume).
         max_failures_in_a_row: consecutive infra failures that end the run
             (default: ``max(16, 2 * concurrency)``).
@@ -117,8 +135,8 @@ class RolloutSource:
 
     def __init__(self, play: PlayFn, *, batch_size: int, group_size: int = 1,
                  concurrency: int, max_staleness: int, max_versions_per_step: int = 1,
-                 max_infra_retries: int = 3, seed: int = 0, version: int = 0,
-                 max_failures_in_a_row: int | None = None):
+                 max_infra_retries: int = 3, seed: int = 0, sample_seed: int = 0,
+                 version: int = 0, max_failures_in_a_row: int | None = None):
         if batch_size < 1 or group_size < 1 or batch_size % group_size:
             raise ValueError(f"batch_size ({batch_size}) must be a positive multiple of "
                              f"group_size ({group_size})")
@@ -137,6 +155,7 @@ class RolloutSource:
         self.version = version
         self.counters = SourceCounters()
         self._next_seed = seed
+        self.sample_seed = sample_seed
         self._open: dict[int, _Group] = {}  # admitted, not handed out; by seed, oldest first
         self._work: deque[tuple[_Group, int]] = deque()  # members waiting for a worker
         self._stepping = False
@@ -256,7 +275,9 @@ class RolloutSource:
                 await self._changed.wait_for(lambda: self._fatal is None
                                              and (bool(self._work) or self._admissible()))
                 group, member = self._take()  # type: ignore[misc]
-                task = asyncio.ensure_future(self.play(group.seed))
+                sample_seed = episode_seed(self.sample_seed, group.seed, member,
+                                           group.attempts[member])
+                task = asyncio.ensure_future(self.play(group.seed, sample_seed))
                 group.running[member] = task
             await asyncio.wait([task])
             async with self._changed:

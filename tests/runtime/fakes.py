@@ -146,7 +146,7 @@ def fake_trainer(total_steps: int, *, stop_at: int | None = None,
 
     backend = token_backend(random.Random(0))
 
-    async def play(task_seed: int) -> Rollout:
+    async def play(task_seed: int, sample_seed: int = 0) -> Rollout:
         env = LatencyEnv(random.Random(task_seed), fail_rate=0.0)
         try:
             return await run_episode(env, TokenAgent(backend), seed=task_seed)

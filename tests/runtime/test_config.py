@@ -261,3 +261,29 @@ def test_mode_is_the_spelling_of_the_staleness_bound(tmp_path):
     path = tmp_path / "c.yaml"
     save_config(sync, path)
     assert load_config(path) == sync
+
+
+async def test_a_sync_run_samples_batch_invariant_unless_told_otherwise(tiny_model_path):
+    from sao_gym.runtime.build import rollout_factory, run_parts
+
+    run = ["env=sao_gym/Arithmetic-v0", "rollout.max_new_tokens=16",
+           "rollout.max_context_tokens=256"]
+
+    def invariant(*overrides, training=True):
+        cfg = load_config(None, [*run, *overrides])
+        return (run_parts(cfg).rollouts if training
+                else rollout_factory(cfg)).backend.batch_invariant
+
+    assert invariant("mode=sync") is True
+    assert invariant("mode=async") is False
+    assert invariant("mode=sync", "inference.batch_invariant=false") is False
+    assert invariant("mode=async", "inference.batch_invariant=true") is True
+    assert invariant("mode=sync", training=False) is False  # evaluation keeps batching
+    with pytest.raises(ValueError, match="batch_invariant"):
+        load_config(None, ["inference.backend=vllm_server", "inference.batch_invariant=true"])
+    section = run_parts(load_config(None, [*run, "mode=sync"])).rollouts.backend
+    backend = section(tiny_model_path, version=0, seed=0)
+    try:
+        assert backend.max_batch_size == 1  # each sequence decoded alone
+    finally:
+        await backend.aclose()

@@ -24,7 +24,7 @@ async def _one_run(seed: int, k: int, group_size: int):
     ids = itertools.count()
     admitted: set[int] = set()
 
-    async def play(task_seed: int):
+    async def play(task_seed: int, sample_seed: int = 0):
         admitted.add(task_seed)
         env = LatencyEnv(rng)
         try:
@@ -95,7 +95,7 @@ async def test_dropped_group_releases_its_slots():
     backend = token_backend(random.Random(0))
     calls: dict[int, int] = {}
 
-    async def play(task_seed):
+    async def play(task_seed, sample_seed=0):
         calls[task_seed] = calls.get(task_seed, 0) + 1
         env = LatencyEnv(random.Random(task_seed), fail_rate=0.0)
         try:
@@ -125,7 +125,7 @@ async def test_sync_bound_zero_trains_only_fresh_rollouts_with_nothing_running()
     running = 0
     seen_running: list[int] = []
 
-    async def play(task_seed):
+    async def play(task_seed, sample_seed=0):
         nonlocal running
         running += 1
         env = LatencyEnv(random.Random(task_seed), fail_rate=0.0)
@@ -149,3 +149,47 @@ async def test_sync_bound_zero_trains_only_fresh_rollouts_with_nothing_running()
     assert all(row["async/staleness_max"] == 0 for _, row in sink.rows)
     assert [len(b) for b in learner.batches] == [3, 3, 3, 3]
     assert source.state_dict() == {"next_seed": 12}
+
+
+async def test_each_episode_samples_with_its_own_seed_of_run_task_member_and_attempt():
+    from sao_gym.runtime.source import episode_seed
+    from tests.runtime.fakes import failed_rollout
+
+    async def collect(sample_seed: int, first_task: int) -> list[tuple[int, int]]:
+        calls: list[tuple[int, int]] = []
+
+        async def play(task_seed, seed_of_sampling):
+            calls.append((task_seed, seed_of_sampling))
+            if len(calls) == 2:  # one failure: member 1 of the first task, retried
+                return failed_rollout(task_seed)
+            env = LatencyEnv(random.Random(task_seed), fail_rate=0.0)
+            try:
+                return await run_episode(env, TokenAgent(token_backend(random.Random(0))),
+                                         seed=task_seed)
+            finally:
+                await env.aclose()
+
+        source = RolloutSource(play, batch_size=4, group_size=2, concurrency=4,
+                               max_staleness=0, seed=first_task, sample_seed=sample_seed)
+        source.start()
+        try:
+            await asyncio.wait_for(source.next_batch(), 10)
+        finally:
+            await source.stop()
+        return calls
+
+    calls = await collect(7, first_task=100)
+    by_task: dict[int, list[int]] = {}
+    for task, s in calls:
+        by_task.setdefault(task, []).append(s)
+    assert sorted(by_task) == [100, 101]
+    # members of a group and the retry all sample differently ...
+    assert len(set(by_task[100])) == 3 and len(set(by_task[101])) == 2
+    # ... with the seeds the rule names: (run seed, task seed, member, attempt)
+    assert set(by_task[101]) == {episode_seed(7, 101, m, 0) for m in (0, 1)}
+    assert episode_seed(7, 100, 1, 1) in by_task[100]
+    # independent of timing: the same run plays the same (task, seed) pairs again;
+    # another run seed samples differently on the same tasks
+    assert sorted(await collect(7, first_task=100)) == sorted(calls)
+    assert not {s for _, s in calls} & {s for _, s in await collect(8, first_task=100)}
+    assert all(0 <= s < 2 ** 40 for _, s in calls)

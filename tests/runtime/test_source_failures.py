@@ -37,7 +37,7 @@ async def _drain(source: RolloutSource, batches: int) -> list[list[Rollout]]:
 async def test_always_failing_episodes_raise_rollouts_failing_after_the_limit():
     calls = []
 
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         calls.append(seed)
         return failed_rollout(seed)
 
@@ -60,7 +60,7 @@ async def test_always_failing_episodes_raise_rollouts_failing_after_the_limit():
 
 
 async def test_episodes_that_raise_count_as_failures_too():
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         raise OSError("no sandbox")
 
     source = RolloutSource(play, batch_size=2, concurrency=4, max_staleness=2,
@@ -75,7 +75,7 @@ async def test_episodes_that_raise_count_as_failures_too():
 
 
 async def test_the_default_limit_scales_with_concurrency():
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         return failed_rollout(seed)
 
     assert RolloutSource(play, batch_size=1, concurrency=1,
@@ -89,7 +89,7 @@ async def test_one_success_in_between_resets_the_count(every, limit, fails):
     # call i succeeds when i % every == every - 1: (every - 1) failures in a row at most
     calls = []
 
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         i = len(calls)
         calls.append(seed)
         return rollout(seed, 1) if i % every == every - 1 else failed_rollout(seed)
@@ -147,7 +147,7 @@ def _trainer(play, *, batch_size: int, total_steps: int):
 
 
 async def test_a_trainer_whose_batches_are_all_empty_raises_after_three():
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         return rollout(seed, 0)
 
     trainer, source, learner, sink, backend = _trainer(play, batch_size=2, total_steps=10)
@@ -161,7 +161,7 @@ async def test_a_trainer_whose_batches_are_all_empty_raises_after_three():
 
 async def test_empty_batches_in_between_do_not_stop_training():
     # seeds 0, 1 empty, 2 not, ...: two empty batches in a row at most
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         return rollout(seed, 0 if seed % 3 != 2 else 2)
 
     trainer, source, learner, sink, backend = _trainer(play, batch_size=1, total_steps=3)
@@ -172,7 +172,7 @@ async def test_empty_batches_in_between_do_not_stop_training():
 
 
 async def test_a_mixed_batch_trains_on_the_rest_and_counts_the_untrainable():
-    async def play(seed):
+    async def play(seed, sample_seed=0):
         return rollout(seed, 0 if seed % 2 else 3)
 
     trainer, source, learner, sink, backend = _trainer(play, batch_size=2, total_steps=2)

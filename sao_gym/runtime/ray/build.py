@@ -79,7 +79,8 @@ def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
         raise
     source = parts.source(pool.play, concurrency=pool.concurrency, seed=next_seed,
                           version=learner.policy_version,
-                          max_versions_per_step=learner.max_versions_per_step)
+                          max_versions_per_step=learner.max_versions_per_step,
+                          sample_seed=parts.seed)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=pool, sink=sink,
                    checkpoints=RemoteCheckpointer(learner), total_steps=parts.total_steps,

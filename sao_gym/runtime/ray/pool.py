@@ -116,13 +116,15 @@ class WorkerPool:
         slot.handle, slot.pid, slot.alive = handle, info["pid"], True
 
     # ----- play -----
-    async def play(self, seed: int) -> Rollout:
-        """One episode on the task of ``seed`` on some worker, again if that worker died."""
+    async def play(self, seed: int, sample_seed: int | None = None) -> Rollout:
+        """One episode on the task of ``seed`` (sampling with ``sample_seed``) on some
+        worker, again if that worker died."""
         while True:
             slot = await self._acquire()
             generation = slot.generation
             try:
-                rollout = await slot.handle.play.remote(seed, self.version, self.box)
+                rollout = await slot.handle.play.remote(seed, self.version, self.box,
+                                                        sample_seed)
             except self.dead_errors as e:
                 await self._release(slot)
                 await self._lost(slot, generation, e)

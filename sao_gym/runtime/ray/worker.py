@@ -82,14 +82,16 @@ class RolloutWorker:
         return {"index": self.index, "pid": os.getpid(), "version": self.version,
                 "node_id": ray.get_runtime_context().get_node_id(), "episodes": self.episodes}
 
-    async def play(self, seed: int, version: int, box: list | None) -> Any:
-        """One episode on the task of ``seed``, after catching up to ``version``."""
+    async def play(self, seed: int, version: int, box: list | None,
+                   sample_seed: int | None = None) -> Any:
+        """One episode on the task of ``seed`` (sampling with ``sample_seed``), after
+        catching up to ``version``."""
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
         try:
             await self.update_weights(version, box)
-            rollout = await self.rollouts.play(seed)
+            rollout = await self.rollouts.play(seed, sample_seed)
         finally:
             self._running.discard(task)
         self.episodes += 1
