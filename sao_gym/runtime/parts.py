@@ -85,8 +85,10 @@ class Rollouts:
         self.make_env, self.backend, self.make_agent = make_env, backend, make_agent
 
     async def play(self, seed: int, sample_seed: int | None = None) -> Any:
-        """One episode on the task of ``seed``, its agent sampling with ``sample_seed``
-        (None: the backend's shared stream)."""
+        """One episode on the task of ``seed``.
+
+        Its agent samples with ``sample_seed`` (None: the backend's shared stream).
+        """
         from sao_gym.rollout import play_episode
 
         make_agent = (self.make_agent if sample_seed is None
@@ -158,8 +160,10 @@ class SourceFactory:
 
     def __call__(self, play: Any, *, concurrency: int, seed: int, version: int,
                  max_versions_per_step: int, sample_seed: int = 0) -> Any:
-        """The source over ``play`` (an episode per seed), from task ``seed`` on; its
-        episodes' sampling seeds mix in ``sample_seed`` (the run's seed)."""
+        """The source over ``play`` (an episode per seed), from task ``seed`` on.
+
+        Its episodes' sampling seeds mix in ``sample_seed`` (the run's seed).
+        """
         from sao_gym.runtime.source import RolloutSource
 
         return RolloutSource(play, batch_size=self.batch_size, group_size=self.group_size,

@@ -117,8 +117,10 @@ class WorkerPool:
 
     # ----- play -----
     async def play(self, seed: int, sample_seed: int | None = None) -> Rollout:
-        """One episode on the task of ``seed`` (sampling with ``sample_seed``) on some
-        worker, again if that worker died."""
+        """One episode on the task of ``seed`` on some worker, again if that worker died.
+
+        Its agent samples with ``sample_seed``.
+        """
         while True:
             slot = await self._acquire()
             generation = slot.generation

@@ -84,8 +84,10 @@ class RolloutWorker:
 
     async def play(self, seed: int, version: int, box: list | None,
                    sample_seed: int | None = None) -> Any:
-        """One episode on the task of ``seed`` (sampling with ``sample_seed``), after
-        catching up to ``version``."""
+        """One episode on the task of ``seed``, after catching up to ``version``.
+
+        Its agent samples with ``sample_seed``.
+        """
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
