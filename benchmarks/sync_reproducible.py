@@ -52,23 +52,11 @@ def train(run_dir: Path, sets: list[str]) -> dict:
 
 def differing(a: dict, b: dict) -> tuple[int, int]:
     """(tensors that differ, tensors compared) over policy, critic and optimizers."""
-    import torch
+    from sao_gym.utils import tensors
 
-    def tensors(tree, prefix=""):
-        if isinstance(tree, torch.Tensor):
-            yield prefix, tree
-        elif isinstance(tree, dict):
-            for k, v in tree.items():
-                yield from tensors(v, f"{prefix}/{k}")
-        elif isinstance(tree, (list, tuple)):
-            for i, v in enumerate(tree):
-                yield from tensors(v, f"{prefix}/{i}")
-
-    ta = dict(tensors({k: a[k] for k in ("policy", "policy_opt", "critic", "critic_opt")}))
-    tb = dict(tensors({k: b[k] for k in ("policy", "policy_opt", "critic", "critic_opt")}))
-    if ta.keys() != tb.keys():
-        return len(ta.keys() ^ tb.keys()), len(ta)
-    return sum(not torch.equal(ta[k], tb[k]) for k in ta), len(ta)
+    parts = ("policy", "policy_opt", "critic", "critic_opt")
+    ta, tb = ({k: s[k] for k in parts} for s in (a, b))
+    return len(tensors.differing(ta, tb)), len(dict(tensors.tensors(ta)))
 
 
 def main() -> None:
