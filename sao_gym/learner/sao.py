@@ -68,7 +68,7 @@ from sao_gym.learner.batching import (
 )
 from sao_gym.learner.config import LearnerConfig
 from sao_gym.learner.critic import ValueModel, values_before
-from sao_gym.learner.engine import Engine, LocalEngine
+from sao_gym.learner.engine import SINGLE, Engine, LocalEngine, RankGroup
 from sao_gym.learner.estimators import AdvantageBatch, group_key, skip_observation_targets
 from sao_gym.learner.schedule import lr_scale, warmup_scale
 from sao_gym.types import Rollout
@@ -96,9 +96,13 @@ class _Metrics:
             self.sums[key] = self.sums.get(key, 0.0) + float(v) * weight
             self.weights[key] = self.weights.get(key, 0.0) + weight
 
-    def means(self) -> dict[str, float]:
-        out = {k: self.sums[k] / max(self.weights[k], 1e-12) for k in self.sums}
-        return {**out, **self.maxima}
+    def means(self, group: RankGroup = SINGLE) -> dict[str, float]:
+        """The means (and maxima) over every rank of ``group``."""
+        keys, top = sorted(self.sums), sorted(self.maxima)
+        sums = group.sum([self.sums[k] for k in keys] + [self.weights[k] for k in keys])
+        n = len(keys)
+        out = {k: sums[i] / max(sums[n + i], 1e-12) for i, k in enumerate(keys)}
+        return {**out, **dict(zip(top, group.max([self.maxima[k] for k in top]), strict=True))}
 
 
 def _describe_group(key: tuple[str, Any]) -> str:
@@ -188,6 +192,12 @@ class Learner:
         """Length of the run in learner steps, for a decaying ``lr_schedule``."""
         self.tokenizer, self.config, self.pad_id = tokenizer, config, pad_id
         self.policy_engine, self.critic_engine = policy, critic
+        self.group: RankGroup = policy.group
+        """The ranks training together (each runs this learner on its share of the
+        micro-batches; one process: :data:`~sao_gym.learner.engine.SINGLE`)."""
+        if critic is not None and (critic.group.size, critic.group.rank) != (
+                self.group.size, self.group.rank):
+            raise ValueError("the policy and critic engines must train on the same ranks")
         self.temperature = float(temperature)
         """Sampling temperature the logprobs and the entropy metric are computed at."""
         self.steps_done = 0
@@ -330,50 +340,56 @@ class Learner:
         pre-update values cost no pass of their own. Metrics are means over
         the updates.
         """
-        engine, c = self.critic_engine, self.config
+        engine, c, group = self.critic_engine, self.config, self.group
         assert engine is not None
         updates = c.critic_updates
-        after_all: list[torch.Tensor] = []
-        returns: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
+        mine = group.share([mb.num_tokens for mb in mbs])
+        after: dict[int, torch.Tensor] = {}
+        targets: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # (returns, values)
         n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
         n_seq = float(sum(len(mb.indices) for mb in mbs))
         engine.train()
         m = _Metrics()  # identical weights in every update: a mean of the updates' means
         totals, norms = [], []
-        for epoch in range(max(updates, 1)):
+        for _ in range(max(updates, 1)):
             total = 0.0
-            for j, mb in enumerate(mbs):
+            for j, w in mine:
+                mb = mbs[j]
                 with torch.set_grad_enabled(updates > 0):
                     after_BT = engine.forward(mb.input_ids_BT, mb.attention_mask_BT,
                                               method="values_after").float()
-                if epoch == 0:
-                    after_all.append(after_BT.detach())
+                if j not in targets:  # the first update's values
                     _, ret, v = skip_observation_targets(
                         rollouts, mb, after_BT.detach(), gamma=c.gamma, lam=c.critic_lambda,
                         bootstrap_truncated=c.bootstrap_truncated)
-                    returns.append(ret)
-                    values.append(v)
+                    targets[j] = ret, v
+                    if w:
+                        after[j] = after_BT.detach()
                 if updates == 0:
                     continue
+                ret, v = targets[j]
                 loss, stats = losses.value_loss(
-                    values_before(after_BT), returns[j], mb.action_mask_BT,
-                    old_values_BT=values[j], clip=c.value_clip, aggregation=c.aggregation,
-                    num_tokens=n_tok, num_seqs=n_seq)
-                value = float(loss.detach())
-                total += value
-                if math.isfinite(value):
-                    engine.backward(loss)
-                m.add(stats, float(mb.action_mask_BT.sum()), "critic/")
+                    values_before(after_BT), ret, mb.action_mask_BT, old_values_BT=v,
+                    clip=c.value_clip, aggregation=c.aggregation, num_tokens=n_tok,
+                    num_seqs=n_seq)
+                loss = loss * w
+                total += float(loss.detach())
+                engine.backward(loss)  # a non-finite total skips the step (and clears it)
+                m.add(stats, float(mb.action_mask_BT.sum()) * w, "critic/")
             if updates:
+                total = group.sum([total])[0]
                 norms.append(self._step(engine, finite=math.isfinite(total)))
                 totals.append(total)
         metrics = ({"loss/value": sum(totals) / len(totals),
-                    "critic/grad_norm": sum(norms) / len(norms), **m.means()} if updates else {})
-        ev = _explained_variance(values, returns, mbs)
+                    "critic/grad_norm": sum(norms) / len(norms), **m.means(group)}
+                   if updates else {})
+        after = group.union(after)
+        targets = group.union({j: targets[j] for j, w in mine if w})
+        ev = _explained_variance([targets[j][1] for j in range(len(mbs))],
+                                 [targets[j][0] for j in range(len(mbs))], mbs)
         if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
             metrics["critic/explained_variance"] = ev
-        return after_all, metrics
+        return [after[j] for j in range(len(mbs))], metrics
 
     # ----- the policy -----
     def score(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -400,44 +416,49 @@ class Learner:
         the other statistics are token-weighted over the whole batch.
         """
         self.policy_engine.train()
+        group = self.group
         parts = [self._micro_batches(rollouts, p)
                  for p in split_minibatches(len(rollouts), self.config.policy_minibatches)]
-        reference: list[list[torch.Tensor | None]] = [
-            [mb.rollout_logprobs_BT for mb in part] for part in parts]
+        shares = [group.share([mb.num_tokens for mb in part]) for part in parts]
+        reference: list[dict[int, torch.Tensor | None]] = [
+            {j: part[j].rollout_logprobs_BT for j, _ in mine} for part, mine in zip(
+                parts, shares, strict=True)]
         if self.spec.reference == "old_policy":
             # The old policy is the one at the start of the step. The first part is
             # trained before any weight changes, so its own forward (detached) is that
             # policy (None below); later parts need a pass before the first step.
             with torch.no_grad():
-                reference = [[None] * len(parts[0])] + [
-                    [self.score(mb)[1] for mb in part] for part in parts[1:]]
+                reference = [dict.fromkeys(reference[0])] + [
+                    {j: self.score(part[j])[1] for j, _ in mine}
+                    for part, mine in zip(parts[1:], shares[1:], strict=True)]
         m = _Metrics()
         part_losses, norms = [], []
-        for part, part_reference in zip(parts, reference, strict=True):
+        for part, mine, part_reference in zip(parts, shares, reference, strict=True):
             n_tok = float(sum(mb.action_mask_BT.sum() for mb in part))
             n_seq = float(sum(len(mb.indices) for mb in part))
             part_loss = 0.0
-            for mb, ref in zip(part, part_reference, strict=True):
+            for j, w in mine:
+                mb, ref = part[j], part_reference[j]
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
                 logits, logprobs, start = self.score(mb)
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT, mb.action_mask_BT,
                                                 num_tokens=n_tok, num_seqs=n_seq)
-                value = float(loss.detach())
-                part_loss += value
-                if math.isfinite(value):
-                    self.policy_engine.backward(loss)
-                weight = float(mb.action_mask_BT.sum())
+                loss = loss * w
+                part_loss += float(loss.detach())
+                self.policy_engine.backward(loss)  # a non-finite part skips the step
+                weight = float(mb.action_mask_BT.sum()) * w
                 m.add(stats, weight, "sao/")
                 m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT, mb.action_mask_BT,
                                               eps_low=self.band[0], eps_high=self.band[1]),
                       weight, "mismatch/")
                 m.add({"entropy": mean_entropy(logits, mb.action_mask_BT, self.temperature,
                                                start)}, weight, "policy/")
+            part_loss = group.sum([part_loss])[0]
             norms.append(self._step(self.policy_engine, finite=math.isfinite(part_loss)))
             part_losses.append(part_loss)
         return {"loss/policy": sum(part_losses) / len(part_losses),
-                "policy/grad_norm": sum(norms) / len(norms), **m.means()}
+                "policy/grad_norm": sum(norms) / len(norms), **m.means(group)}
 
     def _step(self, engine: Engine, *, finite: bool) -> float:
         """One optimizer step of ``engine``, counted; its gradient norm."""

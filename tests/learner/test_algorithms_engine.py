@@ -22,6 +22,7 @@ import torch
 from sao_gym.learner import losses
 from sao_gym.learner.algorithms import ALGORITHMS, Algorithm, find_algorithm
 from sao_gym.learner.batching import micro_batches
+from sao_gym.learner.engine import SINGLE
 from sao_gym.learner.sao import Learner, LearnerConfig, build_learner
 from tests.learner.helpers import sampler_logprobs, segments_rollout
 
@@ -64,6 +65,7 @@ class TableEngine:
     def __init__(self, vocab: int):
         self.table = torch.zeros(vocab, requires_grad=True)
         self.device, self.keeps_logits = torch.device("cpu"), False
+        self.group = SINGLE
         self.lrs: list[float] = []
         self.steps = 0
 

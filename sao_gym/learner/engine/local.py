@@ -1,21 +1,6 @@
-"""The model engine: everything of one trained model that touches devices and optimizers.
+"""The single-device engine: the whole model on one device, trained with AdamW.
 
-The learner's algorithm code never moves a tensor, builds an optimizer or
-saves a file: it asks an :class:`Engine` (one for the policy, one for the
-critic) to
-
-- put a micro-batch on the model's device (:meth:`Engine.to_device`) and run
-  the model on it under the configured autocast (calling the engine);
-- back-propagate a loss and take one optimizer step with gradient clipping
-  (:meth:`Engine.backward`, :meth:`Engine.step`) at the rate the learner's
-  schedule set (:meth:`Engine.set_lr`);
-- hand out the weights an inference backend loads (:meth:`Engine.weights`),
-  its full state for checkpoints (:meth:`Engine.state_dict`), and save the
-  model for serving (:meth:`Engine.save`).
-
-:class:`LocalEngine` is the one implementation: the whole model on one
-device (``cpu``, ``cuda:0``), AdamW. A sharded engine implements the same
-methods.
+See :mod:`sao_gym.learner.engine` for what an engine does.
 """
 
 from __future__ import annotations
@@ -26,56 +11,18 @@ import logging
 import math
 import os
 from contextlib import nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from sao_gym.learner.batching import MicroBatch
+from sao_gym.learner.engine.group import SINGLE
 
 logger = logging.getLogger(__name__)
 
 
-class Engine(Protocol):
-    """What the learner needs of a trained model (module docs)."""
-
-    device: torch.device
-    """Where the model's forward pass and the loss run."""
-    keeps_logits: bool
-    """The model's forward takes ``logits_to_keep`` (scores only the last positions)."""
-
-    def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
-        """Run the model (or its ``method``) on inputs on :attr:`device`."""
-
-    def to_device(self, mb: MicroBatch) -> MicroBatch:
-        """``mb`` on :attr:`device`."""
-
-    def train(self) -> None:
-        """Training mode."""
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate ``loss``'s gradients."""
-
-    def set_lr(self, lr: float) -> None:
-        """The learning rate of the next :meth:`step`."""
-
-    def step(self, *, finite: bool = True) -> tuple[float, bool]:
-        """Clip and step (skipped for a non-finite loss or norm): ``(norm, stepped)``."""
-
-    def weights(self) -> dict[str, torch.Tensor]:
-        """The full weights an inference backend loads."""
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"model": ..., "optimizer": ...}`` for checkpoints."""
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the model where a loader or a backend reads it."""
-
-
 class LocalEngine:
-    """One model on one device, trained with AdamW (the :class:`Engine` protocol).
+    """One model on one device, trained with AdamW (the ``Engine`` protocol).
 
     Args:
         module: the model (already on ``device``); only parameters with
@@ -99,6 +46,7 @@ class LocalEngine:
         params = [p for p in module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+        self.group = SINGLE
 
     def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
         """The module's ``method`` (the forward pass; a critic's ``values_after``).
@@ -170,4 +118,4 @@ class LocalEngine:
         self.module.save_pretrained(str(path))
 
 
-__all__ = ["Engine", "LocalEngine"]
+__all__ = ["LocalEngine"]

@@ -1,0 +1,80 @@
+"""Model engines: everything of one trained model that touches devices, ranks and optimizers.
+
+The learner's algorithm code never moves a tensor, builds an optimizer or
+saves a file: it asks an :class:`Engine` (one for the policy, one for the
+critic) to
+
+- put a micro-batch on the model's device (:meth:`Engine.to_device`) and run
+  the model on it under the configured autocast (calling the engine);
+- back-propagate a loss and take one optimizer step with gradient clipping
+  (:meth:`Engine.backward`, :meth:`Engine.step`) at the rate the learner's
+  schedule set (:meth:`Engine.set_lr`);
+- hand out the weights an inference backend loads (:meth:`Engine.weights`),
+  its full state for checkpoints (:meth:`Engine.state_dict`), and save the
+  model for serving (:meth:`Engine.save`);
+- say which micro-batches this process runs and combine what the processes
+  computed (:attr:`Engine.group`, a :class:`~sao_gym.learner.engine.group.RankGroup`).
+
+Implementations:
+
+- :class:`~sao_gym.learner.engine.local.LocalEngine`: the whole model on one
+  device (``cpu``, ``cuda:0``), AdamW; its group is this process alone;
+- :class:`~sao_gym.learner.engine.fsdp.FSDPEngine`: the model sharded over
+  ranks with PyTorch FSDP2 (``fully_shard``); every rank runs the same
+  learner code on its share of the micro-batches.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+import torch
+
+from sao_gym.learner.batching import MicroBatch
+from sao_gym.learner.engine.group import SINGLE, RankGroup, TorchRankGroup
+from sao_gym.learner.engine.local import LocalEngine
+
+
+class Engine(Protocol):
+    """What the learner needs of a trained model (module docs)."""
+
+    device: torch.device
+    """Where the model's forward pass and the loss run."""
+    keeps_logits: bool
+    """The model's forward takes ``logits_to_keep`` (scores only the last positions)."""
+    group: RankGroup
+    """The processes that train this model together (one: :data:`SINGLE`)."""
+
+    def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
+        """Run the model (or its ``method``) on inputs on :attr:`device`."""
+
+    def to_device(self, mb: MicroBatch) -> MicroBatch:
+        """``mb`` on :attr:`device`."""
+
+    def train(self) -> None:
+        """Training mode."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate ``loss``'s gradients (a sum over the group's ranks)."""
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next :meth:`step`."""
+
+    def step(self, *, finite: bool = True) -> tuple[float, bool]:
+        """Clip and step (skipped for a non-finite loss or norm): ``(norm, stepped)``."""
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full weights an inference backend loads."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"model": ..., "optimizer": ...}`` for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the model where a loader or a backend reads it."""
+
+
+__all__ = ["SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup"]
