@@ -22,6 +22,9 @@ AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 AUTOCAST_DTYPES = (None, "bfloat16")
 """Valid ``LearnerConfig.autocast`` values."""
 
+ENGINES = ("local", "fsdp")
+"""Valid ``LearnerConfig.engine`` values (:data:`sao_gym.learner.engine.ENGINES`)."""
+
 
 @dataclass(frozen=True)
 class LearnerConfig:
@@ -91,7 +94,12 @@ class LearnerConfig:
     AVX512-BF16 or AMX); elsewhere it is much slower and the learner warns.
     ``benchmarks/learner.py`` reports its logprob error against fp32."""
     device: str = "cpu"
-    """Device of both models."""
+    """Device of both models (``fsdp``: ``cpu``, or ``cuda`` for each rank's own GPU)."""
+    engine: str = "local"
+    """``local``: each model whole on one device; ``fsdp``: sharded over
+    ``ranks`` processes with PyTorch FSDP2 (docs/scale.md)."""
+    ranks: int = 1
+    """Learner processes (``fsdp``): gloo on the CPU, NCCL on GPUs."""
     seed: int = 0
     """Seeds the critic head and the torch RNG."""
 
@@ -109,6 +117,10 @@ class LearnerConfig:
             raise ValueError("gamma must be in (0, 1] and critic_lambda in [0, 1]")
         if self.critic_layers is not None and self.critic_layers < 1:
             raise ValueError(f"critic_layers must be >= 1 or None, got {self.critic_layers}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
+        if self.ranks < 1 or (self.engine == "local" and self.ranks != 1):
+            raise ValueError(f"ranks must be >= 1, and 1 for engine local; got {self.ranks}")
         if self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}")
         if self.lr_schedule not in LR_SCHEDULES:

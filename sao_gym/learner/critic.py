@@ -192,11 +192,19 @@ class ValueModel(nn.Module):
             model.head.load_state_dict(torch.load(path / HEAD_FILE, weights_only=True))
         return model.to(device)
 
-    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
-        """Write the backbone (HF format) and the head, reloadable by :meth:`from_pretrained`."""
+    def save_pretrained(self, path: str | os.PathLike[str],
+                        state_dict: dict[str, torch.Tensor] | None = None) -> None:
+        """Write the backbone (HF format) and the head, reloadable by :meth:`from_pretrained`.
+
+        ``state_dict``: the weights to write (this model's full state dict, as
+        a sharded engine gathers it); None: the model's own.
+        """
         path = Path(path)
-        self.backbone.save_pretrained(str(path))
-        torch.save(self.head.state_dict(), path / HEAD_FILE)
+        state = self.state_dict() if state_dict is None else state_dict
+        part = {n: {k[len(n) + 1:]: v for k, v in state.items() if k.startswith(n + ".")}
+                for n in ("backbone", "head")}
+        self.backbone.save_pretrained(str(path), state_dict=part["backbone"])
+        torch.save(part["head"], path / HEAD_FILE)
         (path / META_FILE).write_text(json.dumps({"freeze": self.freeze}))
 
     def values_after(self, input_ids_BT: torch.Tensor,
@@ -205,7 +213,7 @@ class ValueModel(nn.Module):
         hidden_BTH = self.backbone(
             input_ids=input_ids_BT, attention_mask=attention_mask_BT
         ).last_hidden_state
-        return self.head(hidden_BTH).squeeze(-1).float()
+        return self.head(hidden_BTH).squeeze(-1).float().clone()  # not a view (FSDP hooks)
 
     def forward(self, input_ids_BT: torch.Tensor, attention_mask_BT: torch.Tensor) -> torch.Tensor:
         """``values_BT``: value of the state before each token (0 at position 0)."""

@@ -68,7 +68,13 @@ from sao_gym.learner.batching import (
 )
 from sao_gym.learner.config import LearnerConfig
 from sao_gym.learner.critic import ValueModel, values_before
-from sao_gym.learner.engine import SINGLE, Engine, LocalEngine, RankGroup
+from sao_gym.learner.engine import (
+    ENGINES,
+    SINGLE,
+    Engine,
+    RankGroup,
+    rank_device,
+)
 from sao_gym.learner.estimators import AdvantageBatch, group_key, skip_observation_targets
 from sao_gym.learner.schedule import lr_scale, warmup_scale
 from sao_gym.types import Rollout
@@ -145,13 +151,6 @@ def native_bf16(device: str | torch.device = "cpu") -> bool:
     if device.type == "cpu":
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return False
-
-
-def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> LocalEngine:
-    """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings."""
-    return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
-                       max_grad_norm=config.max_grad_norm, autocast=config.autocast,
-                       device=config.device)
 
 
 class Learner:
@@ -550,12 +549,14 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
                   group_size: int = 1) -> Learner:
     """Load the policy (and the critic, for an algorithm with one) from ``policy_path``.
 
-    Each model goes into a :class:`~sao_gym.learner.engine.LocalEngine` on
-    ``config.device``. The critic starts from the policy checkpoint with a
-    fresh head, or from a critic saved by :meth:`Learner.save_models`
-    (``critic_path``). ``total_steps`` (the run's length in learner steps) is
-    needed by a decaying ``lr_schedule``. ``temperature`` is the sampler's
-    temperature (> 0): the learner scores tokens under ``softmax(logits / temperature)``.
+    Each model goes into the engine ``config.engine`` names (:data:`ENGINES`: a
+    :class:`~sao_gym.learner.engine.LocalEngine` on ``config.device``, or FSDP2
+    over the ranks of the process group, built on every rank). The critic
+    starts from the policy checkpoint with a fresh head, or from a critic saved
+    by :meth:`Learner.save_models` (``critic_path``). ``total_steps`` (the
+    run's length in learner steps) is needed by a decaying ``lr_schedule``.
+    ``temperature`` is the sampler's temperature (> 0): the learner scores
+    tokens under ``softmax(logits / temperature)``.
     ``group_size``: rollouts per group of a grouped algorithm (GRPO).
     """
     from sao_gym.models import load_policy
@@ -564,14 +565,15 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
     _check_temperature(temperature)  # before loading any model
     config = config or LearnerConfig()
     torch.manual_seed(config.seed)
-    policy, tokenizer = load_policy(policy_path, device=config.device, dtype=config.dtype)
+    engine, device = ENGINES[config.engine], rank_device(config.device)
+    policy, tokenizer = load_policy(policy_path, device=device, dtype=config.dtype)
     critic = None
     if spec.critic:
-        critic = local_engine(ValueModel.from_pretrained(
+        critic = engine(ValueModel.from_pretrained(
             critic_path or policy_path, freeze=config.critic_freeze,
-            dtype=getattr(torch, config.dtype), device=config.device, seed=config.seed,
+            dtype=getattr(torch, config.dtype), device=device, seed=config.seed,
             num_layers=config.critic_layers), config, config.critic_lr or 5 * config.lr)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Learner(spec, local_engine(policy, config, config.lr), critic, config, pad_id=pad,
+    return Learner(spec, engine(policy, config, config.lr), critic, config, pad_id=pad,
                    tokenizer=tokenizer, total_steps=total_steps, temperature=temperature,
                    group_size=group_size)

@@ -11,7 +11,8 @@ import torch
 from sao_gym.learner import losses
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
-from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner, local_engine
+from sao_gym.learner.engine import local_engine
+from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy
 from tests.learner.helpers import random_multiturn, sampler_logprobs, segments_rollout, table_critic
 

@@ -27,13 +27,16 @@ Implementations:
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from sao_gym.learner.batching import MicroBatch
 from sao_gym.learner.engine.group import SINGLE, RankGroup, TorchRankGroup
 from sao_gym.learner.engine.local import LocalEngine
+
+if TYPE_CHECKING:
+    from sao_gym.learner.config import LearnerConfig
 
 
 class Engine(Protocol):
@@ -77,4 +80,40 @@ class Engine(Protocol):
         """Write the model where a loader or a backend reads it."""
 
 
-__all__ = ["SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup"]
+
+def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> LocalEngine:
+    """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings."""
+    return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
+                       max_grad_norm=config.max_grad_norm, autocast=config.autocast,
+                       device=config.device)
+
+
+def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> Engine:
+    """``model`` sharded over the ranks of the default process group, with the config's settings.
+
+    The caller starts the ``config.ranks`` processes and their process group.
+    """
+    import torch.distributed as dist
+
+    from sao_gym.learner.engine.fsdp import FSDPEngine
+
+    if not dist.is_initialized() or dist.get_world_size() != config.ranks:
+        raise RuntimeError(f"engine fsdp needs a process group of learner.ranks={config.ranks} "
+                           "ranks, started before the learner is built")
+    group = TorchRankGroup(device=rank_device(config.device))
+    return FSDPEngine(model, group, lr=lr, weight_decay=config.weight_decay,
+                      max_grad_norm=config.max_grad_norm, mixed_precision=config.autocast,
+                      device=group.device)
+
+
+def rank_device(device: str) -> str:
+    """The device of this rank: its own GPU for ``cuda`` (``LOCAL_RANK``), else ``device``."""
+    return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if device == "cuda" else device
+
+
+ENGINES = {"local": local_engine, "fsdp": fsdp_engine}
+"""``learner.engine`` -> ``(model, config, lr) -> Engine``."""
+
+
+__all__ = ["ENGINES", "SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup",
+           "fsdp_engine", "local_engine", "rank_device"]

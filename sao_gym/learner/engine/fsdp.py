@@ -1,0 +1,191 @@
+"""The sharded engine: one model over the ranks of a process group, with PyTorch FSDP2.
+
+Each decoder layer (the classes a model names in ``_no_split_modules``) is
+its own ``fully_shard`` unit, then the whole model; every rank holds
+``1 / ranks`` of the parameters, gradients and AdamW state, and all-gathers a
+unit's parameters for its forward and backward passes. Every rank runs the
+same learner code on its share of the micro-batches
+(:class:`~sao_gym.learner.engine.group.TorchRankGroup`); the engine turns
+FSDP's mean over ranks into the sum the learner's loss normalisation
+assumes, clips by the global gradient norm, and gathers full weights and
+state dicts on rank 0.
+
+Methods other than ``forward`` that the learner calls (the critic's
+``values_after``) are registered with ``register_fsdp_forward_method`` so
+that they unshard the parameters as ``forward`` does.
+
+Collectives: :meth:`FSDPEngine.step`, :meth:`~FSDPEngine.weights`,
+:meth:`~FSDPEngine.state_dict`, :meth:`~FSDPEngine.load_state_dict` and
+:meth:`~FSDPEngine.save` must be called on every rank together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import math
+import os
+from typing import Any
+
+import torch
+
+from sao_gym.learner.batching import MicroBatch
+from sao_gym.learner.engine.group import TorchRankGroup
+
+logger = logging.getLogger(__name__)
+
+FORWARD_METHODS = ("values_after",)
+"""Methods besides ``forward`` that run the model (registered with FSDP)."""
+
+
+def shard_units(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules sharded on their own (a model's decoder layers).
+
+    Instances of the classes the model, or a model inside it, lists in
+    ``_no_split_modules``.
+    """
+    names = set()
+    for sub in module.modules():
+        names.update(getattr(sub, "_no_split_modules", None) or ())
+    return [sub for sub in module.modules() if type(sub).__name__ in names]
+
+
+class FSDPEngine:
+    """A model sharded over ``group``'s ranks with FSDP2, trained with AdamW.
+
+    Args:
+        module: the model, on ``device`` and identical on every rank (loaded
+            from one checkpoint); sharded in place. Only parameters with
+            ``requires_grad`` are optimized.
+        group: the ranks (the default process group, initialised by the caller).
+        lr, weight_decay, max_grad_norm: as :class:`~sao_gym.learner.engine.local.LocalEngine`.
+        mixed_precision: ``"bfloat16"``: FSDP's ``MixedPrecisionPolicy`` (bf16
+            compute, fp32 gradient reduction, fp32 master weights); None: the
+            parameters' dtype.
+        device: this rank's device (``cpu``, ``cuda:R``).
+
+    """
+
+    def __init__(self, module: torch.nn.Module, group: TorchRankGroup, *, lr: float,
+                 weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
+                 mixed_precision: str | None = None, device: str | torch.device = "cpu"):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import (
+            MixedPrecisionPolicy,
+            fully_shard,
+            register_fsdp_forward_method,
+        )
+
+        self.device, self.group = torch.device(device), group
+        self.max_grad_norm = max_grad_norm
+        self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+        mesh = init_device_mesh(self.device.type, (group.size,))
+        policy = (MixedPrecisionPolicy(param_dtype=getattr(torch, mixed_precision),
+                                       reduce_dtype=torch.float32)
+                  if mixed_precision else MixedPrecisionPolicy())
+        for unit in shard_units(module):
+            fully_shard(unit, mesh=mesh, mp_policy=policy)
+        fully_shard(module, mesh=mesh, mp_policy=policy)
+        for name in FORWARD_METHODS:
+            if callable(getattr(module, name, None)):
+                register_fsdp_forward_method(module, name)
+        self.module = module
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+
+    def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
+        """The module's ``method`` on inputs on :attr:`device` (parameters gathered by FSDP)."""
+        fn = self.module if method == "forward" else getattr(self.module, method)
+        return fn(*args, **kwargs)
+
+    def to_device(self, mb: MicroBatch) -> MicroBatch:
+        """``mb`` with its tensors on :attr:`device`."""
+        if mb.input_ids_BT.device == self.device:
+            return mb
+        return dataclasses.replace(mb, **{
+            f.name: getattr(mb, f.name).to(self.device) for f in dataclasses.fields(mb)
+            if isinstance(getattr(mb, f.name), torch.Tensor)})
+
+    def train(self) -> None:
+        """Training mode."""
+        self.module.train()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Accumulate this rank's part of the gradient.
+
+        FSDP's reduction sums the ranks' parts divided by the number of ranks:
+        the loss is scaled back up by it.
+        """
+        (loss * self.group.size).backward()
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next :meth:`step`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self, *, finite: bool = True) -> tuple[float, bool]:
+        """Clip by the global gradient norm and step, unless the loss or norm is not finite.
+
+        Every rank decides alike. Gradients are cleared either way.
+        """
+        from torch.distributed.tensor import DTensor
+
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = 0.0
+        if grads:
+            total = torch.nn.utils.get_total_norm(grads, 2.0)
+            if isinstance(total, DTensor):
+                total = total.full_tensor()
+            norm = float(total)
+            if self.max_grad_norm is not None and math.isfinite(norm):
+                torch.nn.utils.clip_grads_with_norm_(
+                    [p for p in self.params if p.grad is not None], self.max_grad_norm, total)
+        stepped = finite and math.isfinite(norm)
+        if stepped:
+            self.optimizer.step()
+        else:
+            logger.warning("non-finite %s; optimizer step skipped",
+                           "loss" if not finite else f"gradient norm ({norm})")
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm, stepped
+
+    def _options(self, **kwargs: Any) -> Any:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(full_state_dict=True, **kwargs)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The full weights on rank 0 (on the CPU); ``{}`` on the other ranks."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.module, options=self._options(cpu_offload=True))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Full model and optimizer state on rank 0 (``{}`` parts elsewhere)."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return {"model": self.weights(),
+                "optimizer": get_optimizer_state_dict(self.module, self.optimizer,
+                                                      options=self._options(cpu_offload=True))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (read on rank 0, sent to every rank)."""
+        from torch.distributed.checkpoint.state_dict import (
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        options = self._options(broadcast_from_rank0=True)
+        set_model_state_dict(self.module, state["model"], options=options)
+        set_optimizer_state_dict(self.module, self.optimizer, state["optimizer"],
+                                 options=options)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Rank 0 writes the full model with its ``save_pretrained(path, state_dict=...)``."""
+        full = self.weights()
+        if self.group.rank == 0:
+            self.module.save_pretrained(str(path), state_dict=full)
+
+
+__all__ = ["FORWARD_METHODS", "FSDPEngine", "shard_units"]
