@@ -483,7 +483,7 @@ class Learner:
     def save_policy(self, path: str | Path) -> None:
         """Write the policy (HF format) with its tokenizer to ``path``: servable, trainable."""
         self.policy_engine.save(path)
-        if self.tokenizer is not None:
+        if self.tokenizer is not None and self.group.rank == 0:
             self.tokenizer.save_pretrained(str(path))
 
     def save_models(self, path: str | Path) -> None:

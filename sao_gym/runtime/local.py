@@ -32,7 +32,12 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     parts.rollouts.env().close()  # fail fast on a bad env config
     checkpoints = CheckpointManager(run_dir, keep=parts.checkpoint_keep)
     latest, next_seed = checkpoints.resume_point(parts.seed) if resume else (None, parts.seed)
-    learner = parts.learner(policy_path, resume_from=latest)
+    if parts.learner.config.engine == "fsdp":  # the learner's ranks as processes
+        from sao_gym.runtime.ranks import learner_on_ranks
+
+        learner = learner_on_ranks(parts.learner, policy_path, resume_from=latest)
+    else:
+        learner = parts.learner(policy_path, resume_from=latest)
     rollouts = parts.rollouts(str(latest / "policy") if latest else policy_path,
                               tokenizer_path=policy_path, version=learner.policy_version,
                               seed=parts.seed + learner.steps_done, run_dir=run_dir)

@@ -161,6 +161,8 @@ class Trainer:
             finally:  # a checkpoint that cannot be written still closes the rest
                 self.sink.close()
                 await self.backend.aclose()
+                if hasattr(self.learner, "close"):  # a learner with processes of its own
+                    self.learner.close()
                 self._remove_signal_handlers()
         return self.last_checkpoint
 

@@ -176,6 +176,11 @@ class FSDPEngine:
             set_optimizer_state_dict,
         )
 
+        from sao_gym.learner.engine.local import keyed_by_position
+
+        if self.group.rank == 0 and keyed_by_position(state["optimizer"]):
+            raise ValueError("this checkpoint's optimizer state names parameters by position "
+                             "(written before engines named them): resume it with engine local")
         options = self._options(broadcast_from_rank0=True)
         set_model_state_dict(self.module, state["model"], options=options)
         set_optimizer_state_dict(self.module, self.optimizer, state["optimizer"],

@@ -21,6 +21,12 @@ from sao_gym.learner.engine.group import SINGLE
 logger = logging.getLogger(__name__)
 
 
+def keyed_by_position(optimizer_state: dict[str, Any]) -> bool:
+    """Whether an optimizer state dict names parameters by position (``torch.optim``'s own)."""
+    groups = optimizer_state.get("param_groups") or [{}]
+    return any(isinstance(p, int) for g in groups for p in g.get("params", ()))
+
+
 class LocalEngine:
     """One model on one device, trained with AdamW (the ``Engine`` protocol).
 
@@ -105,13 +111,38 @@ class LocalEngine:
         return self.module.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"model": ..., "optimizer": ...}`` (live references, as ``nn.Module``'s)."""
-        return {"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """``{"model": ..., "optimizer": ...}``.
+
+        The optimizer's state is keyed by parameter name, as the sharded
+        engine's is, so either engine resumes the other's checkpoint.
+        """
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_optimizer_state_dict,
+        )
+
+        return {"model": self.module.state_dict(),
+                "optimizer": get_optimizer_state_dict(
+                    self.module, self.optimizer,
+                    options=StateDictOptions(full_state_dict=True))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict`.
+
+        Also one keyed by parameter position, as written before optimizer
+        states were keyed by name.
+        """
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
         self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if keyed_by_position(state["optimizer"]):
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            set_optimizer_state_dict(self.module, self.optimizer, state["optimizer"],
+                                     options=StateDictOptions(full_state_dict=True))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """The module's ``save_pretrained(path)`` (a checkpoint a backend or loader reads)."""
