@@ -100,6 +100,10 @@ class LearnerConfig:
     ``ranks`` processes with PyTorch FSDP2 (docs/scale.md)."""
     ranks: int = 1
     """Learner processes (``fsdp``): gloo on the CPU, NCCL on GPUs."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of
+    keeping them (transformers' mechanism, non-reentrant): less memory for long
+    micro-batches, about one more forward pass of time; the same gradients."""
     seed: int = 0
     """Seeds the critic head and the torch RNG."""
 

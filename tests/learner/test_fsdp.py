@@ -136,3 +136,29 @@ def test_two_fsdp_ranks_train_like_one_device(algorithm, model_path, rollouts, t
                     "learner/tokens", *(("loss/value", "critic/explained_variance")
                                         if algorithm == "sao" else ())):
             assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.parametrize("algorithm", ["sao", "grpo"])
+def test_gradient_checkpointing_gives_the_same_training(algorithm, model_path, rollouts):
+    from sao_gym.learner.engine import checkpoint_activations
+    from sao_gym.learner.sao import build_learner
+
+    _, batch = rollouts
+    group_size = 2 if algorithm == "grpo" else 1
+    plain = _single(algorithm, model_path, batch, group_size)
+    learner = build_learner(algorithm, model_path, replace(CONFIG, gradient_checkpointing=True),
+                            total_steps=STEPS, group_size=group_size)
+    inner = learner.policy.model if hasattr(learner.policy, "model") else learner.policy
+    assert inner.gradient_checkpointing  # it is on ...
+    metrics = [learner.update(batch) for _ in range(STEPS)]
+    assert _max_diff(plain["policy"], learner.policy_engine.weights()) < 1e-6  # ... same steps
+    if algorithm == "sao":
+        assert learner.critic.backbone.gradient_checkpointing
+        assert _max_diff(plain["critic"], learner.critic_engine.weights()) < 1e-6
+    assert metrics[-1]["loss/policy"] == pytest.approx(plain["metrics"][-1]["loss/policy"],
+                                                       rel=1e-5, abs=1e-7)
+    assert checkpoint_activations(torch.nn.Linear(2, 2)) == 0
+    with pytest.raises(ValueError, match="no transformers model"):
+        from sao_gym.learner.engine import local_engine
+
+        local_engine(torch.nn.Linear(2, 2), replace(CONFIG, gradient_checkpointing=True), 1e-3)

@@ -81,8 +81,44 @@ class Engine(Protocol):
 
 
 
+def checkpoint_activations(model: torch.nn.Module) -> int:
+    """Turn on gradient checkpointing in every transformers model inside ``model``.
+
+    Non-reentrant (it works with frozen parameters and FSDP); returns how
+    many models it turned on (a critic's backbone counts as one).
+    """
+    models: list[tuple[str, torch.nn.Module]] = []  # the outermost ones
+    for name, m in model.named_modules():
+        if _checkpointing_switch(m) is not None and not any(
+                name == outer or name.startswith(outer + ".") or outer == ""
+                for outer, _ in models):
+            models.append((name, m))
+    for _, m in models:
+        _checkpointing_switch(m)({"use_reentrant": False})
+        if getattr(m, "config", None) is not None:
+            m.config.use_cache = False
+    return len(models)
+
+
+def _checkpointing_switch(m: torch.nn.Module) -> Any:
+    """A model's way to turn gradient checkpointing on (transformers renamed it in 5.x)."""
+    for name in ("activation_checkpointing_enable", "gradient_checkpointing_enable"):
+        if callable(getattr(m, name, None)):
+            return getattr(m, name)
+    return None
+
+
+def _prepare(model: torch.nn.Module, config: LearnerConfig) -> torch.nn.Module:
+    """The memory settings of ``config`` applied to ``model`` (before any sharding)."""
+    if config.gradient_checkpointing and not checkpoint_activations(model):
+        raise ValueError(f"gradient_checkpointing: {type(model).__name__} holds no transformers "
+                         "model to checkpoint")
+    return model
+
+
 def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> LocalEngine:
     """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings."""
+    model = _prepare(model, config)
     return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
                        max_grad_norm=config.max_grad_norm, autocast=config.autocast,
                        device=config.device)
@@ -101,7 +137,7 @@ def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> Eng
         raise RuntimeError(f"engine fsdp needs a process group of learner.ranks={config.ranks} "
                            "ranks, started before the learner is built")
     group = TorchRankGroup(device=rank_device(config.device))
-    return FSDPEngine(model, group, lr=lr, weight_decay=config.weight_decay,
+    return FSDPEngine(_prepare(model, config), group, lr=lr, weight_decay=config.weight_decay,
                       max_grad_norm=config.max_grad_norm, mixed_precision=config.autocast,
                       device=group.device)
 
