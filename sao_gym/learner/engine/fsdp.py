@@ -21,7 +21,6 @@ Collectives: :meth:`FSDPEngine.step`, :meth:`~FSDPEngine.weights`,
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import math
@@ -30,8 +29,8 @@ from typing import Any
 
 import torch
 
-from sao_gym.learner.batching import MicroBatch
 from sao_gym.learner.engine.group import TorchRankGroup
+from sao_gym.learner.engine.local import ModelEngine
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ def shard_units(module: torch.nn.Module) -> list[torch.nn.Module]:
     return [sub for sub in module.modules() if type(sub).__name__ in names]
 
 
-class FSDPEngine:
+class FSDPEngine(ModelEngine):
     """A model sharded over ``group``'s ranks with FSDP2, trained with AdamW.
 
     Args:
@@ -99,18 +98,6 @@ class FSDPEngine:
         fn = self.module if method == "forward" else getattr(self.module, method)
         return fn(*args, **kwargs)
 
-    def to_device(self, mb: MicroBatch) -> MicroBatch:
-        """``mb`` with its tensors on :attr:`device`."""
-        if mb.input_ids_BT.device == self.device:
-            return mb
-        return dataclasses.replace(mb, **{
-            f.name: getattr(mb, f.name).to(self.device) for f in dataclasses.fields(mb)
-            if isinstance(getattr(mb, f.name), torch.Tensor)})
-
-    def train(self) -> None:
-        """Training mode."""
-        self.module.train()
-
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate this rank's part of the gradient.
 
@@ -118,11 +105,6 @@ class FSDPEngine:
         the loss is scaled back up by it.
         """
         (loss * self.group.size).backward()
-
-    def set_lr(self, lr: float) -> None:
-        """The learning rate of the next :meth:`step`."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def step(self, *, finite: bool = True) -> tuple[float, bool]:
         """Clip by the global gradient norm and step, unless the loss or norm is not finite.

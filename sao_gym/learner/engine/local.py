@@ -27,7 +27,32 @@ def keyed_by_position(optimizer_state: dict[str, Any]) -> bool:
     return any(isinstance(p, int) for g in groups for p in g.get("params", ()))
 
 
-class LocalEngine:
+class ModelEngine:
+    """What every engine does alike: micro-batches to its device, training mode, the lr."""
+
+    device: torch.device
+    module: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def to_device(self, mb: MicroBatch) -> MicroBatch:
+        """``mb`` with its tensors on :attr:`device` (itself when they are there)."""
+        if mb.input_ids_BT.device == self.device:
+            return mb
+        return dataclasses.replace(mb, **{
+            f.name: getattr(mb, f.name).to(self.device) for f in dataclasses.fields(mb)
+            if isinstance(getattr(mb, f.name), torch.Tensor)})
+
+    def train(self) -> None:
+        """Training mode (dropout on, where the model has any)."""
+        self.module.train()
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next :meth:`step`."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+
+class LocalEngine(ModelEngine):
     """One model on one device, trained with AdamW (the ``Engine`` protocol).
 
     Args:
@@ -66,26 +91,9 @@ class LocalEngine:
             fn = self.module if method == "forward" else getattr(self.module, method)
             return fn(*args, **kwargs)
 
-    def to_device(self, mb: MicroBatch) -> MicroBatch:
-        """``mb`` with its tensors on :attr:`device` (itself when they are there)."""
-        if mb.input_ids_BT.device == self.device:
-            return mb
-        return dataclasses.replace(mb, **{
-            f.name: getattr(mb, f.name).to(self.device) for f in dataclasses.fields(mb)
-            if isinstance(getattr(mb, f.name), torch.Tensor)})
-
-    def train(self) -> None:
-        """Training mode (dropout on, where the model has any)."""
-        self.module.train()
-
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate ``loss``'s gradients into the parameters."""
         loss.backward()
-
-    def set_lr(self, lr: float) -> None:
-        """The learning rate of the next :meth:`step`."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
 
     def step(self, *, finite: bool = True) -> tuple[float, bool]:
         """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
@@ -149,4 +157,4 @@ class LocalEngine:
         self.module.save_pretrained(str(path))
 
 
-__all__ = ["LocalEngine"]
+__all__ = ["LocalEngine", "ModelEngine", "keyed_by_position"]
