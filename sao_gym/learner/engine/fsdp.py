@@ -22,7 +22,6 @@ Collectives: :meth:`FSDPEngine.step`, :meth:`~FSDPEngine.weights`,
 from __future__ import annotations
 
 import inspect
-import logging
 import math
 import os
 from typing import Any
@@ -31,8 +30,6 @@ import torch
 
 from sao_gym.learner.engine.group import TorchRankGroup
 from sao_gym.learner.engine.local import ModelEngine
-
-logger = logging.getLogger(__name__)
 
 FORWARD_METHODS = ("values_after",)
 """Methods besides ``forward`` that run the model (registered with FSDP)."""
@@ -106,31 +103,20 @@ class FSDPEngine(ModelEngine):
         """
         (loss * self.group.size).backward()
 
-    def step(self, *, finite: bool = True) -> tuple[float, bool]:
-        """Clip by the global gradient norm and step, unless the loss or norm is not finite.
-
-        Every rank decides alike. Gradients are cleared either way.
-        """
+    def clip(self) -> float:
+        """Clip by the global gradient norm (over every rank's shards); that norm."""
         from torch.distributed.tensor import DTensor
 
-        grads = [p.grad for p in self.params if p.grad is not None]
-        norm = 0.0
-        if grads:
-            total = torch.nn.utils.get_total_norm(grads, 2.0)
-            if isinstance(total, DTensor):
-                total = total.full_tensor()
-            norm = float(total)
-            if self.max_grad_norm is not None and math.isfinite(norm):
-                torch.nn.utils.clip_grads_with_norm_(
-                    [p for p in self.params if p.grad is not None], self.max_grad_norm, total)
-        stepped = finite and math.isfinite(norm)
-        if stepped:
-            self.optimizer.step()
-        else:
-            logger.warning("non-finite %s; optimizer step skipped",
-                           "loss" if not finite else f"gradient norm ({norm})")
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm, stepped
+        params = [p for p in self.params if p.grad is not None]
+        if not params:
+            return 0.0
+        total = torch.nn.utils.get_total_norm([p.grad for p in params], 2.0)
+        if isinstance(total, DTensor):
+            total = total.full_tensor()
+        norm = float(total)
+        if self.max_grad_norm is not None and math.isfinite(norm):
+            torch.nn.utils.clip_grads_with_norm_(params, self.max_grad_norm, total)
+        return norm
 
     def _options(self, **kwargs: Any) -> Any:
         from torch.distributed.checkpoint.state_dict import StateDictOptions

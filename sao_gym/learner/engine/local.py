@@ -28,7 +28,11 @@ def keyed_by_position(optimizer_state: dict[str, Any]) -> bool:
 
 
 class ModelEngine:
-    """What every engine does alike: micro-batches to its device, training mode, the lr."""
+    """What every engine does alike.
+
+    Micro-batches to its device, training mode, the learning rate, and the
+    optimizer step around the engine's own :meth:`clip`.
+    """
 
     device: torch.device
     module: torch.nn.Module
@@ -50,6 +54,26 @@ class ModelEngine:
         """The learning rate of the next :meth:`step`."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    def clip(self) -> float:
+        """Clip the gradients; their norm before clipping (the engine's own way)."""
+        raise NotImplementedError
+
+    def step(self, *, finite: bool = True) -> tuple[float, bool]:
+        """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
+
+        Gradients are cleared either way. Returns ``(gradient norm before
+        clipping, whether the weights changed)``.
+        """
+        norm = self.clip()
+        stepped = finite and math.isfinite(norm)
+        if stepped:
+            self.optimizer.step()
+        else:
+            logger.warning("non-finite %s; optimizer step skipped",
+                           "loss" if not finite else f"gradient norm ({norm})")
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm, stepped
 
 
 class LocalEngine(ModelEngine):
@@ -95,24 +119,12 @@ class LocalEngine(ModelEngine):
         """Accumulate ``loss``'s gradients into the parameters."""
         loss.backward()
 
-    def step(self, *, finite: bool = True) -> tuple[float, bool]:
-        """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
-
-        Gradients are cleared either way. Returns ``(gradient norm before
-        clipping, whether the weights changed)``.
-        """
+    def clip(self) -> float:
+        """Clip the gradients to ``max_grad_norm``; their norm before clipping."""
         params = [p for group in self.optimizer.param_groups for p in group["params"]
                   if p.grad is not None]
         clip = self.max_grad_norm or math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
-        stepped = finite and math.isfinite(norm)
-        if stepped:
-            self.optimizer.step()
-        else:
-            logger.warning("non-finite %s; optimizer step skipped",
-                           "loss" if not finite else f"gradient norm ({norm})")
-        self.optimizer.zero_grad(set_to_none=True)
-        return norm, stepped
+        return float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The module's state dict (live references: copy before the next step)."""
