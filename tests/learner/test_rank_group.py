@@ -22,3 +22,10 @@ def test_more_ranks_than_items_and_one_rank():
     assert SINGLE.sum([1, 2]) == [1.0, 2.0] and SINGLE.union({3: "x"}) == {3: "x"}
     with pytest.raises(ValueError, match="ranks must be >= 1"):
         deal([1], 0)
+
+
+def test_every_engine_name_the_config_accepts_has_a_builder():
+    from sao_gym.learner import config
+    from sao_gym.learner.engine import ENGINES
+
+    assert set(ENGINES) == set(config.ENGINES)

@@ -10,6 +10,7 @@ import inspect
 import logging
 import math
 import os
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -37,6 +38,8 @@ class ModelEngine:
     device: torch.device
     module: torch.nn.Module
     optimizer: torch.optim.Optimizer
+    clip: Callable[[], float]
+    """Each engine's own: clip the gradients, return their norm before clipping."""
 
     def to_device(self, mb: MicroBatch) -> MicroBatch:
         """``mb`` with its tensors on :attr:`device` (itself when they are there)."""
@@ -54,10 +57,6 @@ class ModelEngine:
         """The learning rate of the next :meth:`step`."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-
-    def clip(self) -> float:
-        """Clip the gradients; their norm before clipping (the engine's own way)."""
-        raise NotImplementedError
 
     def step(self, *, finite: bool = True) -> tuple[float, bool]:
         """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
