@@ -4,7 +4,7 @@ For each of ``--repeats`` rounds, three `sao-gym train --set mode=sync` runs of
 the same config and seed, each its own process: two with the default (a sync
 run decodes each sequence alone, ``inference.batch_invariant`` null -> on) and
 one with ``inference.batch_invariant=false`` (continuous batching, as an async
-run samples). Reports, per round, how many tensors of the final ``learner.pt``
+run samples). Reports, per round, how many tensors of the final checkpoint's learner state
 (policy, critic, both optimizers) differ between the two default runs and
 between a default run and the batched one, whether their per-step metrics
 (timings aside) agree, and the training loop's trajectories per second of
@@ -36,8 +36,8 @@ DEFAULTS = ["mode=sync", "total_steps=10", "warm_start.steps=300",
 
 def train(run_dir: Path, sets: list[str]) -> dict:
     """One `sao-gym train` process; its final learner state, metrics and loop speed."""
-    import torch
 
+    from sao_gym.learner.state import read_state
     from sao_gym.logging import read_metrics
 
     cmd = [str(Path(sys.executable).with_name("sao-gym")), "train", "--out", str(run_dir),
@@ -45,7 +45,7 @@ def train(run_dir: Path, sets: list[str]) -> dict:
     run_logged(cmd, run_dir.with_suffix(".log"), child_env(None), f"training {run_dir.name}")
     last = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
     rows = read_metrics(run_dir)
-    return {"state": torch.load(last / "learner.pt", weights_only=False),
+    return {"state": read_state(last),
             "rows": [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows],
             "elapsed_s": rows[-1]["time/elapsed_s"], "steps": len(rows)}
 

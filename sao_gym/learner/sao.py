@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,12 +49,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from sao_gym.learner import advantages as adv_lib
 from sao_gym.learner import losses
+from sao_gym.learner import state as learner_state
 from sao_gym.learner.algorithms import ALGORITHMS as ALGORITHM_RECORDS
 from sao_gym.learner.algorithms import Algorithm, find_algorithm
 from sao_gym.learner.batching import (
@@ -497,43 +496,41 @@ class Learner:
             self.critic_engine.save(path / "critic")
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: models, optimizers, counters, algorithm state, RNG.
+        """Everything needed to resume, whole, in memory: models, optimizers, counters, RNG.
 
         Like ``nn.Module.state_dict``, tensors are references to live state:
-        serialise (``torch.save``) before training on.
+        serialise (``torch.save``) before training on. Checkpoints use
+        :meth:`save_state` (sharded, every rank writing its own part).
         """
         policy = self.policy_engine.state_dict()
         critic = self.critic_engine.state_dict() if self.critic_engine is not None else {}
-        return {
-            "algorithm": self.algorithm,
-            "policy": policy["model"], "policy_opt": policy["optimizer"],
-            "critic": critic.get("model"), "critic_opt": critic.get("optimizer"),
-            "steps_done": self.steps_done,
-            "policy_version": self.policy_version,
-            "skipped_steps": self.skipped_steps,
-            "baseline": self.state.state_dict() if self.state is not None else None,
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
-                    "numpy": np.random.get_state()},
-        }
+        return {**learner_state.counters(self),
+                "policy": policy["model"], "policy_opt": policy["optimizer"],
+                "critic": critic.get("model"), "critic_opt": critic.get("optimizer")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
-        if state["algorithm"] != self.algorithm:
-            raise ValueError(f"checkpoint is for {state['algorithm']!r}, not {self.algorithm!r}")
+        learner_state.check_algorithm(self, state)
         self.policy_engine.load_state_dict({"model": state["policy"],
                                             "optimizer": state["policy_opt"]})
         if self.critic_engine is not None:
             self.critic_engine.load_state_dict({"model": state["critic"],
                                                 "optimizer": state["critic_opt"]})
-        if self.state is not None:
-            self.state.load_state_dict(state["baseline"])
-        # "step": the name of steps_done in checkpoints written before the rename
-        self.steps_done = state["steps_done"] if "steps_done" in state else state["step"]
-        self.policy_version = state["policy_version"]
-        self.skipped_steps = state["skipped_steps"]
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
+        learner_state.restore_counters(self, state)
+
+    def save_state(self, path: str | Path) -> None:
+        """Write the learner's state into checkpoint directory ``path``, sharded.
+
+        :func:`sao_gym.learner.state.save_state`; every rank calls it.
+        """
+        learner_state.save_state(self, path)
+
+    def load_state(self, path: str | Path) -> None:
+        """Restore :meth:`save_state`'s state, written with any number of ranks.
+
+        :func:`sao_gym.learner.state.load_state`; every rank calls it.
+        """
+        learner_state.load_state(self, path)
 
 
 def _explained_variance(values, returns, mbs) -> float:

@@ -2,7 +2,11 @@
 
 A checkpoint is a directory ``RUN_DIR/checkpoints/step_NNNNNNN`` holding:
 
-- ``learner.pt``: :meth:`Learner.state_dict` (models, optimizers, counters, RNG);
+- ``learner/`` and ``learner_meta.pt``: the learner's state
+  (:mod:`sao_gym.learner.state`: models and optimizers as a sharded
+  ``torch.distributed.checkpoint``, resumable on any number of ranks;
+  counters, algorithm state, RNG). Older checkpoints hold ``learner.pt``
+  instead, still read;
 - ``policy/``: the policy as a Hugging Face checkpoint (servable, evaluable);
 - ``trainer.json``: the trainer's own state (step, data cursor, counters).
 
@@ -21,8 +25,6 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from sao_gym.utils.fs import fsync_path, fsync_tree
 
@@ -70,7 +72,7 @@ class CheckpointManager:
         final = self.dir / f"step_{step:07d}"
         tmp = self.dir / f".tmp-step_{step:07d}-{os.getpid()}"
         tmp.mkdir()
-        torch.save(learner.state_dict(), tmp / "learner.pt")
+        learner.save_state(tmp)
         learner.save_policy(tmp / "policy")
         (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
         fsync_tree(tmp)
@@ -84,11 +86,12 @@ class CheckpointManager:
         return final
 
     @staticmethod
-    def load(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """``(learner_state, trainer_state)`` of a checkpoint directory."""
+    def trainer_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The trainer's state in checkpoint directory ``path``.
+
+        The learner reads its own part with ``learner.load_state(path)``.
+        """
         path = Path(path)
         if not (path / "trainer.json").is_file():
             raise FileNotFoundError(f"{path} is not a complete checkpoint")
-        trainer_state = json.loads((path / "trainer.json").read_text())
-        learner_state = torch.load(path / "learner.pt", weights_only=False)
-        return learner_state, trainer_state
+        return json.loads((path / "trainer.json").read_text())

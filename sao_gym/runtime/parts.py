@@ -139,13 +139,12 @@ class LearnerFactory:
     def __call__(self, policy_path: str, resume_from: str | Path | None = None) -> Any:
         """The learner training ``policy_path`` (or ``resume_from``'s learner state)."""
         from sao_gym.learner.sao import build_learner
-        from sao_gym.runtime.checkpoint import CheckpointManager
 
         learner = build_learner(self.algorithm, policy_path, self.config,
                                 total_steps=self.total_steps, temperature=self.temperature,
                                 group_size=self.group_size)
         if resume_from is not None:
-            learner.load_state_dict(CheckpointManager.load(resume_from)[0])
+            learner.load_state(resume_from)
         return learner
 
 

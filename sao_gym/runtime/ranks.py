@@ -26,8 +26,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-MIRRORED = frozenset({"update", "weights", "state_dict", "load_state_dict", "save_policy",
-                      "save_models", "pretrain_critic"})
+MIRRORED = frozenset({"update", "weights", "state_dict", "load_state_dict", "save_state",
+                      "load_state", "save_policy", "save_models", "pretrain_critic"})
 """Learner methods that every rank runs together."""
 
 

@@ -2,7 +2,9 @@
 
 Run by ``tests/learner/test_fsdp.py`` through ``torch.multiprocessing.spawn``:
 ``run(rank, world, port, job)`` with ``job`` a dict (policy path, algorithm,
-learner config fields, rollouts pickle, steps, output path).
+learner config fields, rollouts pickle, steps, output path; optionally a
+checkpoint directory to ``load`` the learner state from first and one to
+``save`` it to after training).
 """
 
 from __future__ import annotations
@@ -26,13 +28,18 @@ def run(rank: int, world: int, port: int, job: dict) -> None:
         config = replace(job["config"], engine="fsdp", ranks=world)
         learner = build_learner(job["algorithm"], job["policy"], config,
                                 total_steps=job["steps"], group_size=job.get("group_size", 1))
+        if job.get("load"):
+            learner.load_state(job["load"])
         with open(job["rollouts"], "rb") as f:
             rollouts = pickle.load(f)
         metrics = [learner.update(rollouts) for _ in range(job["steps"])]
+        if job.get("save"):
+            learner.save_state(job["save"])
         policy = learner.policy_engine.weights()
         critic = learner.critic_engine.weights() if learner.critic_engine else None
         if rank == 0:
             torch.save({"policy": policy, "critic": critic, "metrics": metrics,
-                        "version": learner.policy_version}, job["out"])
+                        "version": learner.policy_version, "steps_done": learner.steps_done},
+                       job["out"])
     finally:
         dist.destroy_process_group()

@@ -162,3 +162,52 @@ def test_gradient_checkpointing_gives_the_same_training(algorithm, model_path, r
         from sao_gym.learner.engine import local_engine
 
         local_engine(torch.nn.Linear(2, 2), replace(CONFIG, gradient_checkpointing=True), 1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_path", ["qwen2"], indirect=True)
+def test_sharded_checkpoints_resume_on_another_number_of_ranks(model_path, rollouts, tmp_path):
+    """One device -> 2 ranks -> one device through ``save_state``/``load_state`` (DCP).
+
+    The first checkpoint is written while the policy's optimizer has not
+    stepped yet (critic warm-up): resuming must train exactly as a run that
+    never stopped.
+    """
+    import torch.multiprocessing as mp
+
+    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.state import read_state
+    from tests.learner.fsdp_ranks import run
+
+    path, batch = rollouts
+    config = replace(CONFIG, critic_warmup_steps=1)
+    straight = build_learner("sao", model_path, config, total_steps=STEPS)
+    for _ in range(STEPS):
+        straight.update(batch)
+    first = build_learner("sao", model_path, config, total_steps=STEPS)
+    first.update(batch)
+    assert not first.policy_opt.state and first.critic_opt.state  # only the critic stepped
+    first.save_state(tmp_path / "one")
+    assert not first.policy_opt.state  # reading the state started nothing
+    out = tmp_path / "ranks.pt"
+    job = {"config": config, "algorithm": "sao", "policy": model_path, "rollouts": path,
+           "steps": STEPS - 1, "out": str(out), "load": str(tmp_path / "one"),
+           "save": str(tmp_path / "two")}
+    mp.spawn(run, args=(2, _free_port(), job), nprocs=2, join=True)
+    two = torch.load(out, weights_only=False)
+    assert two["steps_done"] == STEPS and two["version"] == straight.policy_version
+    assert _max_diff(straight.policy_engine.weights(), two["policy"]) < 1e-5
+    assert _max_diff(straight.critic_engine.weights(), two["critic"]) < 1e-5
+
+    last = build_learner("sao", model_path, config, total_steps=STEPS)
+    last.load_state(tmp_path / "two")  # written by 2 ranks, read by one device
+    saved, loaded, ref = read_state(tmp_path / "two"), last.state_dict(), straight.state_dict()
+    assert (loaded["steps_done"], loaded["policy_version"]) == (STEPS, straight.policy_version)
+    for model in ("policy", "critic"):
+        assert _max_diff(saved[model], loaded[model]) == 0.0
+        assert _max_diff(two[model], loaded[model]) == 0.0
+        opt, ref_opt = loaded[f"{model}_opt"]["state"], ref[f"{model}_opt"]["state"]
+        assert opt.keys() == ref_opt.keys()
+        for name in opt:
+            assert opt[name]["step"] == ref_opt[name]["step"]
+            assert _max_diff({"m": opt[name]["exp_avg"]}, {"m": ref_opt[name]["exp_avg"]}) < 1e-5

@@ -232,6 +232,42 @@ def test_state_dict_resume_is_exact(tiny_model_path):
         build_learner("vapo", tiny_model_path, cfg).load_state_dict(state)
 
 
+def test_state_on_disk_resumes_exactly_and_single_file_states_still_load(tiny_model_path,
+                                                                          tmp_path):
+    """``save_state`` (a DCP checkpoint) and an older ``learner.pt`` both resume exactly.
+
+    Saved after the critic-only warm-up step: the policy optimizer has not
+    stepped, and must not start from a saved-and-restored state either.
+    """
+    from sao_gym.learner.state import read_state
+
+    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1)
+    a = build_learner("sao", tiny_model_path, cfg)
+    rollouts = _batch(a.policy, 4, seed=5)
+    a.update(rollouts)
+    a.save_state(tmp_path / "sharded")
+    (tmp_path / "single").mkdir()
+    torch.save(a.state_dict(), tmp_path / "single" / "learner.pt")
+    assert read_state(tmp_path / "sharded")["policy_opt"]["state"] == {}
+    resumed = []
+    for kind in ("sharded", "single"):
+        b = build_learner("sao", tiny_model_path, cfg)
+        b.load_state(tmp_path / kind)
+        assert (b.steps_done, b.policy_version) == (1, 0) and not b.policy_opt.state
+        resumed.append(([b.update(rollouts)["loss/policy"] for _ in range(2)], b))
+    losses = [a.update(rollouts)["loss/policy"] for _ in range(2)]
+    for b_losses, b in resumed:
+        assert b_losses == losses
+        assert all(torch.equal(p, b.policy.state_dict()[n])
+                   for n, p in a.policy.state_dict().items())
+        assert all(torch.equal(p, b.critic.state_dict()[n])
+                   for n, p in a.critic.state_dict().items())
+    with pytest.raises(ValueError, match="checkpoint is for 'sao'"):
+        build_learner("grpo", tiny_model_path, cfg, group_size=2).load_state(tmp_path / "sharded")
+    with pytest.raises(FileNotFoundError, match="holds no learner state"):
+        a.load_state(tmp_path)
+
+
 def test_bad_batches_are_refused_clearly(tiny_model_path):
     import dataclasses
 

@@ -51,7 +51,9 @@ def test_a_killed_rank_ends_the_run_naming_it_and_a_resume_on_one_rank_trains_ea
     assert "learner rank 1" in err and f"--resume {run}" in err, err[-2000:]
     assert "Traceback" not in err
     done_before = len(read_metrics(run))
-    assert CheckpointManager(run).latest() is not None
+    latest = CheckpointManager(run).latest()
+    shards = sorted(p.name for p in (latest / "learner").glob("*.distcp"))
+    assert shards == ["__0_0.distcp", "__1_0.distcp"]  # each rank wrote its own part
     # the sharded run's checkpoint resumes on one device
     done = subprocess.run(_train_cmd("--resume", str(run), "--set", "learner.engine=local",
                                      "--set", "learner.ranks=1", "--set", "total_steps=8"),

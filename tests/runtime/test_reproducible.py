@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from sao_gym.cli import main
+from sao_gym.learner.state import read_state
 from sao_gym.logging import read_metrics
 from sao_gym.utils.tensors import differing, tensors
 
@@ -27,7 +28,7 @@ TIMING = ("time/", "perf/", "learner/step_time_s", "learner/policy_time_s",
 
 def _train(out, *extra):
     assert main(["train", *RUN, *extra, "--out", str(out)]) == 0
-    state = torch.load(out / "checkpoints" / "step_0000005" / "learner.pt", weights_only=False)
+    state = read_state(out / "checkpoints" / "step_0000005")
     rows = [{k: v for k, v in row.items() if not k.startswith(TIMING)}
             for row in read_metrics(out)]
     return state, rows

@@ -133,9 +133,14 @@ class FSDPEngine(ModelEngine):
         """Full model and optimizer state on rank 0 (``{}`` parts elsewhere)."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return {"model": self.weights(),
-                "optimizer": get_optimizer_state_dict(self.module, self.optimizer,
-                                                      options=self._options(cpu_offload=True))}
+        from sao_gym.learner.engine.local import unstarted_kept
+
+        with unstarted_kept(self.optimizer) as started:
+            optimizer = get_optimizer_state_dict(self.module, self.optimizer,
+                                                 options=self._options(cpu_offload=True))
+        if not started and optimizer:
+            optimizer = {"state": {}, "param_groups": optimizer["param_groups"]}
+        return {"model": self.weights(), "optimizer": optimizer}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (read on rank 0, sent to every rank)."""
@@ -151,8 +156,12 @@ class FSDPEngine(ModelEngine):
                              "(written before engines named them): resume it with engine local")
         options = self._options(broadcast_from_rank0=True)
         set_model_state_dict(self.module, state["model"], options=options)
+        has_state = self.group.rank == 0 and bool(state["optimizer"]["state"])
+        started = self.group.max([float(has_state)])
         set_optimizer_state_dict(self.module, self.optimizer, state["optimizer"],
                                  options=options)
+        if not started[0]:  # saved before its first step
+            self.optimizer.state.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Rank 0 writes the full model with its ``save_pretrained(path, state_dict=...)``."""

@@ -10,8 +10,8 @@ import inspect
 import logging
 import math
 import os
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -26,6 +26,23 @@ def keyed_by_position(optimizer_state: dict[str, Any]) -> bool:
     """Whether an optimizer state dict names parameters by position (``torch.optim``'s own)."""
     groups = optimizer_state.get("param_groups") or [{}]
     return any(isinstance(p, int) for g in groups for p in g.get("params", ()))
+
+
+@contextmanager
+def unstarted_kept(optimizer: torch.optim.Optimizer) -> Iterator[bool]:
+    """Whether ``optimizer`` has stepped yet; an optimizer that has not stays so.
+
+    ``torch.distributed.checkpoint``'s state-dict functions create a missing
+    optimizer state with a zero-lr step (AdamW's step count becomes 1):
+    reading the state of an optimizer that never stepped (the policy during
+    the critic warm-up) must not change its next real step.
+    """
+    started = bool(optimizer.state)
+    try:
+        yield started
+    finally:
+        if not started:
+            optimizer.state.clear()
 
 
 class ModelEngine:
@@ -57,6 +74,28 @@ class ModelEngine:
         """The learning rate of the next :meth:`step`."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Model and optimizer state held by this process, for ``torch.distributed.checkpoint``.
+
+        Sharded tensors (``DTensor``) under FSDP, whole ones on one device:
+        ``dcp.save`` writes them, ``dcp.load`` fills them in place (resharding
+        to this engine's ranks), :meth:`load_checkpoint_state` applies them.
+        """
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        with unstarted_kept(self.optimizer) as started:
+            model, optimizer = get_state_dict(self.module, self.optimizer)
+        return {"model": model, "optimizer": optimizer, "optimizer_started": started}
+
+    def load_checkpoint_state(self, state: dict[str, Any]) -> None:
+        """Apply a :meth:`checkpoint_state` that ``dcp.load`` filled."""
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        set_state_dict(self.module, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
+        if not state["optimizer_started"]:
+            self.optimizer.state.clear()
 
     def step(self, *, finite: bool = True) -> tuple[float, bool]:
         """Clip, step unless the loss (``finite``) or the gradient norm is not finite.
@@ -140,10 +179,12 @@ class LocalEngine(ModelEngine):
             get_optimizer_state_dict,
         )
 
+        with unstarted_kept(self.optimizer) as started:
+            optimizer = get_optimizer_state_dict(self.module, self.optimizer,
+                                                 options=StateDictOptions(full_state_dict=True))
         return {"model": self.module.state_dict(),
-                "optimizer": get_optimizer_state_dict(
-                    self.module, self.optimizer,
-                    options=StateDictOptions(full_state_dict=True))}
+                "optimizer": optimizer if started else {"state": {}, "param_groups": optimizer[
+                    "param_groups"]}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`.
@@ -162,10 +203,12 @@ class LocalEngine(ModelEngine):
         else:
             set_optimizer_state_dict(self.module, self.optimizer, state["optimizer"],
                                      options=StateDictOptions(full_state_dict=True))
+            if not state["optimizer"]["state"]:  # saved before its first step
+                self.optimizer.state.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """The module's ``save_pretrained(path)`` (a checkpoint a backend or loader reads)."""
         self.module.save_pretrained(str(path))
 
 
-__all__ = ["LocalEngine", "ModelEngine", "keyed_by_position"]
+__all__ = ["LocalEngine", "ModelEngine", "keyed_by_position", "unstarted_kept"]
