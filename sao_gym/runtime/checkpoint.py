@@ -64,16 +64,28 @@ class CheckpointManager:
         logger.info("resuming from %s (step %d)", latest, state["step"])
         return latest, int(state["next_seed"])
 
-    def save(self, step: int, learner: Any, trainer_state: dict[str, Any]) -> Path:
-        """Write a checkpoint for ``step`` atomically; prune old ones; return its path."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob(".tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    def save(self, step: int, learner: Any, trainer_state: dict[str, Any], *,
+             token: str | None = None) -> Path:
+        """Write a checkpoint for ``step`` atomically; prune old ones; return its path.
+
+        A learner on several ranks whose every rank calls this (a Ray learner
+        group) passes the same ``token`` on each: they write their shards into
+        one temporary directory, and rank 0 completes and renames it. A
+        learner that mirrors its calls to its ranks itself is saved from rank
+        0 alone.
+        """
+        lead = learner.group.rank == 0
         final = self.dir / f"step_{step:07d}"
-        tmp = self.dir / f".tmp-step_{step:07d}-{os.getpid()}"
-        tmp.mkdir()
+        tmp = self.dir / f".tmp-step_{step:07d}-{token or os.getpid()}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        if lead:
+            for stale in self.dir.glob(".tmp-*"):
+                if stale != tmp:
+                    shutil.rmtree(stale, ignore_errors=True)
         learner.save_state(tmp)
         learner.save_policy(tmp / "policy")
+        if not lead:
+            return final
         (tmp / "trainer.json").write_text(json.dumps({"step": step, **trainer_state}))
         fsync_tree(tmp)
         if final.exists():

@@ -117,6 +117,10 @@ class RayConfig:
     cores of the workers it shares a node with)."""
     max_worker_restarts: int = 3
     """Times each rollout worker is replaced after dying before the run gives it up."""
+    max_learner_restarts: int = 2
+    """Times a run rebuilds itself from its last checkpoint when a learner rank dies
+    (the learner's actors, with the rollout workers serving that checkpoint's policy);
+    past that the run ends and ``--resume`` continues it."""
     num_cpus: int | None = None
     """Logical CPUs of a local instance (null: max(4, cores)); ignored when joining."""
     object_store_memory_mb: int | None = None
@@ -133,8 +137,9 @@ class RayConfig:
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "rollout_workers", "worker_threads")
-        _at_least(self, 0, "max_worker_restarts", "worker_num_cpus", "worker_num_gpus",
-                  "learner_num_cpus", "learner_num_gpus", "server_num_cpus", "server_num_gpus")
+        _at_least(self, 0, "max_worker_restarts", "max_learner_restarts", "worker_num_cpus",
+                  "worker_num_gpus", "learner_num_cpus", "learner_num_gpus", "server_num_cpus",
+                  "server_num_gpus")
         for name in ("episodes_per_worker", "learner_threads", "num_cpus",
                      "object_store_memory_mb"):
             if getattr(self, name) is not None:

@@ -384,11 +384,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     if resume:
         say(_resuming(run_dir))
     say(f"training: {config.algorithm} ({config.mode}), {config.total_steps} steps")
-    trainer = build_trainer(config, run_dir, policy_path=policy, resume=resume,
-                            sinks=[display] if display is not None else [])
-    if display is not None:
-        display.begin(trainer.learner.steps_done)
-    last = trainer.run()
+    trainer, last = _run_trainer(config, run_dir, policy, resume=resume, display=display,
+                                 say=say)
     result["checkpoint"] = str(last) if last else None
     result["nonfinite_steps"] = trainer.nonfinite_steps
     result.update(steps_done=trainer.learner.steps_done, total_steps=trainer.total_steps,
@@ -406,6 +403,32 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             result[name] = json.loads(path.read_text())
     result["plots"] = [str(p) for p in _plots(run_dir)]
     return result
+
+
+def _run_trainer(config: TrainConfig, run_dir: Path, policy: str, *, resume: bool,
+                 display: Any, say: Any) -> tuple[Any, Path | None]:
+    """Build the trainer and run it; ``(trainer, last checkpoint)``.
+
+    On Ray, a learner rank that dies makes the run rebuild itself from its last
+    checkpoint (as ``--resume`` would), up to ``ray.max_learner_restarts`` times.
+    """
+    from sao_gym.runtime.ray.learner import LearnerDied
+
+    restarts = config.ray.max_learner_restarts if config.runtime == "ray" else 0
+    while True:
+        trainer = build_trainer(config, run_dir, policy_path=policy, resume=resume,
+                                sinks=[display] if display is not None else [])
+        if display is not None:
+            display.begin(trainer.learner.steps_done)
+        try:
+            return trainer, trainer.run()
+        except LearnerDied as e:
+            if restarts == 0:
+                raise
+            restarts -= 1
+            resume = True
+            say(f"{str(e).split(';')[0]}: restarting from the last checkpoint "
+                f"({restarts} restart(s) left). {_resuming(run_dir)}")
 
 
 def build_trainer(config: TrainConfig, run_dir: str | Path, *, policy_path: str,

@@ -35,18 +35,25 @@ class RankDied(RuntimeError):
     """A learner rank is gone; the run cannot go on (resume from the last checkpoint)."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on this machine now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _init(rank: int, world: int, port: int, device: str, timeout_s: float) -> None:
+def join_ranks(rank: int, world: int, address: str, device: str, timeout_s: float,
+               local_rank: int | None = None) -> None:
+    """Join the learner's process group as ``rank`` of ``world`` (rank 0 listens at ``address``).
+
+    gloo on the CPU, NCCL for ``device: cuda`` (this rank's GPU: ``local_rank``,
+    default ``rank``); a collective waits at most ``timeout_s``.
+    """
     import torch.distributed as dist
 
-    os.environ["LOCAL_RANK"] = str(rank)
+    os.environ["LOCAL_RANK"] = str(rank if local_rank is None else local_rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo",
-                            init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            init_method=f"tcp://{address}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
 
 
@@ -57,7 +64,7 @@ def _rank_main(rank: int, world: int, port: int, factory: Any, policy_path: str,
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
-    _init(rank, world, port, factory.config.device, timeout_s)
+    join_ranks(rank, world, f"127.0.0.1:{port}", factory.config.device, timeout_s)
     try:
         learner = factory(policy_path, resume_from=resume_from)
         conn.send(("ready", rank))
@@ -137,7 +144,7 @@ def learner_on_ranks(factory: Any, policy_path: str, *, resume_from: str | Path 
 
     world = factory.config.ranks
     threads = threads or max(1, (os.cpu_count() or 1) // world)
-    port = _free_port()
+    port = free_port()
     ctx = multiprocessing.get_context("spawn")
     ranks = []
     resume = str(resume_from) if resume_from is not None else None
@@ -150,7 +157,7 @@ def learner_on_ranks(factory: Any, policy_path: str, *, resume_from: str | Path 
         theirs.close()
         ranks.append((proc, mine))
     try:
-        _init(0, world, port, factory.config.device, timeout_s)
+        join_ranks(0, world, f"127.0.0.1:{port}", factory.config.device, timeout_s)
         learner = factory(policy_path, resume_from=resume_from)
         for rank, (proc, conn) in enumerate(ranks, start=1):
             if not conn.poll(timeout_s) or conn.recv() != ("ready", rank):
@@ -164,4 +171,5 @@ def learner_on_ranks(factory: Any, policy_path: str, *, resume_from: str | Path 
     return RankedLearner(learner, ranks)
 
 
-__all__ = ["MIRRORED", "RankDied", "RankedLearner", "learner_on_ranks"]
+__all__ = ["MIRRORED", "RankDied", "RankedLearner", "free_port", "join_ranks",
+           "learner_on_ranks"]

@@ -287,34 +287,56 @@ def wait_for_steps(run, n, proc, timeout=300):
     raise AssertionError(f"no {n} steps within {timeout} s")
 
 
-def test_cli_on_local_ray_a_killed_learner_then_resume_logs_every_step_once(model, tmp_path):
-    """`sao-gym train --set runtime=ray` without ray.address starts its own Ray; the learner
-    is SIGKILLed mid-run; `--resume` on Ray continues with every step once."""
+def _learner_pids(proc, n, old=(), timeout=300):
+    """The ``n`` learner actor pids under ``proc`` that are not in ``old``, once all are up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.stderr.read()[-3000:]}")
+        pids = [p for p in ray_processes(proc.pid, "ray::LearnerService") if p not in old]
+        if len(pids) == n:
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"no {n} new learner actors within {timeout} s")
+
+
+def test_cli_on_local_ray_a_killed_learner_rank_restarts_the_group_then_resume(model,
+                                                                               tmp_path):
+    """`sao-gym train --set runtime=ray` without ray.address starts its own Ray, with the
+    learner as 2 FSDP actors. A rank SIGKILLed mid-run: the run rebuilds itself from its
+    last checkpoint and goes on. Killed again with no restart left: the run ends naming
+    the rank; `--resume` (on one rank) completes it, every step logged once."""
     run = tmp_path / "run"
     args = [f"--set={s}" for s in SMALL] + [
-        "--set=total_steps=8", "--set=checkpoint.every=2", f"--set=model={model}",
-        "--set=ray.num_cpus=4", "--out", str(run)]
+        "--set=total_steps=10", "--set=checkpoint.every=2", f"--set=model={model}",
+        "--set=ray.num_cpus=4", "--set=learner.engine=fsdp", "--set=learner.ranks=2",
+        "--set=ray.max_learner_restarts=1", "--out", str(run)]
     cli = [sys.executable, "-m", "sao_gym.cli", "train"]
     proc = subprocess.Popen([*cli, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
+        first = _learner_pids(proc, 2)
         wait_for_steps(run, 3, proc)
-        learners = ray_processes(proc.pid, "ray::LearnerService")
-        assert len(learners) == 1
-        os.kill(learners[0], signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
+        os.kill(first[1], signal.SIGKILL)
+        second = _learner_pids(proc, 2, old=first)  # the group, started again
+        wait_for_steps(run, 5, proc)
+        os.kill(second[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
+    assert "restarting from the last checkpoint (0 restart(s) left)" in out + err, err[-3000:]
     assert proc.returncode == 1, err[-3000:]
-    assert "the learner actor" in err and "died" in err and f"--resume {run}" in err
+    assert re.search(r"learner rank \d \(pid \d+\) died", err), err[-3000:]
+    assert f"--resume {run}" in err
     steps_before = [r["step"] for r in read_metrics(run)]
-    assert steps_before[:3] == [1, 2, 3]
-    done = subprocess.run([*cli, "--resume", str(run)], capture_output=True, text=True,
+    assert steps_before == list(range(1, len(steps_before) + 1))  # each step once so far
+    done = subprocess.run([*cli, "--resume", str(run), "--set=learner.engine=local",
+                           "--set=learner.ranks=1"], capture_output=True, text=True,
                           timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [r["step"] for r in read_metrics(run)] == list(range(1, 9))
-    assert (run / "checkpoints" / "step_0000008" / "policy").is_dir()
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, 11))
+    assert (run / "checkpoints" / "step_0000010" / "policy").is_dir()
 
 
 def test_loopback_reads_ss_addresses():

@@ -12,8 +12,9 @@ What runs where:
   (``vllm_server``: ``inference.urls`` dealt round-robin, or
   ``inference.launch`` servers started by the workers, the same number on each,
   as child processes or, with ``ray.server_actors``, as actors of their own);
-- one **learner** (:class:`~sao_gym.runtime.ray.learner.LearnerService`),
-  which also writes the checkpoints.
+- the **learner** (:class:`~sao_gym.runtime.ray.learner.LearnerService`):
+  one actor, or ``learner.ranks`` actors in one process group for
+  ``learner.engine: fsdp``; it also writes the checkpoints.
 
 Each actor receives a factory of the run's parts (:mod:`sao_gym.runtime.parts`:
 the learner factory, the rollout factory with the worker's share of the
@@ -95,26 +96,38 @@ def _dead_errors() -> tuple[type[BaseException], ...]:
 
 def _start_learner(parts: RunParts, policy_path: str, run_dir: Path,
                    latest: Path | None) -> Any:
+    """The learner's actors (``learner.ranks`` of them for ``engine: fsdp``), started."""
     import ray
 
     from sao_gym.runtime.ray.learner import LearnerService, RemoteLearner, learner_threads
 
     rc = parts.ray
-    actor = ray.remote(LearnerService).options(
-        num_cpus=rc.learner_num_cpus, num_gpus=rc.learner_num_gpus, max_restarts=0,
-    ).remote(parts.learner, policy_path, str(run_dir),
-             str(latest) if latest is not None else None, keep=parts.checkpoint_keep,
-             threads=learner_threads(rc))
+    ranks = parts.learner.config.ranks
+    actor_cls = ray.remote(LearnerService).options(
+        num_cpus=rc.learner_num_cpus, num_gpus=rc.learner_num_gpus, max_restarts=0)
+    actors = [actor_cls.remote(parts.learner, policy_path, str(run_dir),
+                               str(latest) if latest is not None else None,
+                               keep=parts.checkpoint_keep, threads=learner_threads(rc),
+                               rank=rank, ranks=ranks) for rank in range(ranks)]
     try:
-        info = ray.get(actor.info.remote(), timeout=rc.startup_timeout_s)
+        address = (ray.get(actors[0].rendezvous.remote(), timeout=rc.startup_timeout_s)
+                   if ranks > 1 else None)
+        infos = ray.get([a.start.remote(address) for a in actors], timeout=rc.startup_timeout_s)
     except ray.exceptions.GetTimeoutError:
-        ray.kill(actor)
-        raise TimeoutError(f"the learner actor was not up within ray.startup_timeout_s="
-                           f"{rc.startup_timeout_s} s (not enough resources in the cluster?)"
-                           ) from None
-    logger.info("learner actor up (pid %d, %d torch threads, step %d)", info["pid"],
-                info["threads"], info["steps_done"])
-    return RemoteLearner(actor, info, dead_errors=_dead_errors(), run_dir=run_dir)
+        for actor in actors:
+            ray.kill(actor)
+        raise TimeoutError(f"the learner's {ranks} actor(s) were not up within "
+                           f"ray.startup_timeout_s={rc.startup_timeout_s} s (not enough "
+                           "resources in the cluster?)") from None
+    except BaseException:
+        for actor in actors:
+            ray.kill(actor)
+        raise
+    info = infos[0]
+    logger.info("learner up: %d rank(s) (pids %s, %d torch threads each, step %d)", ranks,
+                [i["pid"] for i in infos], info["threads"], info["steps_done"])
+    return RemoteLearner(actors, info, dead_errors=_dead_errors(), run_dir=run_dir,
+                         pids=[i["pid"] for i in infos])
 
 
 def _start_pool(parts: RunParts, shares: list[Any], run_dir: Path, learner: Any, *,
@@ -147,10 +160,7 @@ def _start_pool(parts: RunParts, shares: list[Any], run_dir: Path, learner: Any,
         ray.kill(handle, no_restart=True)
 
     async def close() -> None:
-        try:
-            ray.kill(learner.actor, no_restart=True)
-        except Exception:  # noqa: BLE001 - it may be dead already
-            pass
+        learner.kill()
         if shutdown:
             await asyncio.to_thread(ray.shutdown)
 

@@ -1,20 +1,25 @@
 """The learner as a Ray actor, and the driver's proxies for it.
 
-:class:`LearnerService` is the actor: the run's learner (built by the run's
-:class:`~sao_gym.runtime.parts.LearnerFactory` as in one process, loaded from a
-checkpoint on resume) and its
+:class:`LearnerService` is the actor of one learner rank: the run's learner
+(built by the run's :class:`~sao_gym.runtime.parts.LearnerFactory` as in
+one process, loaded from a checkpoint on resume) and its
 :class:`~sao_gym.runtime.checkpoint.CheckpointManager`, so checkpoints are
 written where the learner's state is (the run directory must be on storage
-the learner's node sees). After each step it puts the new policy weights in
-Ray's object store once (``ray.put``); the step's answer carries the ref,
-which the driver broadcasts to every rollout worker.
+every learner node sees). With ``learner.engine: fsdp`` the learner is
+``learner.ranks`` such actors in one ``torch.distributed`` process group
+(gloo on CPUs, NCCL on GPUs), each training its share of every batch and
+writing its own checkpoint shards. After each step rank 0 puts the new
+policy weights in Ray's object store once (``ray.put``); the step's answer
+carries the ref, which the driver broadcasts to every rollout worker.
 
 :class:`RemoteLearner` and :class:`RemoteCheckpointer` are what the driver's
 :class:`~sao_gym.runtime.trainer.Trainer` holds instead of a learner and a
-checkpointer. The learner dying (its process killed, its node lost) raises
-:class:`LearnerDied`: the run ends, and ``sao-gym train --resume RUN_DIR``
-continues from the last checkpoint (the metrics file is cut back to it, so
-every step is logged once).
+checkpointer. A rank dying (its process killed, its node lost) raises
+:class:`LearnerDied` after the other ranks are ended; the job then rebuilds
+the run from its last checkpoint, up to ``ray.max_learner_restarts`` times
+(:func:`sao_gym.runtime.job.train`), and past that the run ends: ``sao-gym
+train --resume RUN_DIR`` continues from the last checkpoint. Either way the
+metrics file is cut back to the checkpoint, so every step is logged once.
 """
 
 from __future__ import annotations
@@ -47,17 +52,48 @@ def learner_threads(ray_config: Any) -> int:
 
 
 class LearnerService:
-    """The learner actor's body (see module docs)."""
+    """One rank of the learner actor group (see module docs).
+
+    Built in two calls so that the ranks can find each other: the actor
+    starts empty; rank 0's :meth:`rendezvous` names an address on its node;
+    :meth:`start` on every rank joins the process group there (for
+    ``ranks > 1``) and builds the learner.
+    """
 
     def __init__(self, factory: Any, policy_path: str, run_dir: str,
-                 resume_from: str | None = None, *, keep: int = 2, threads: int = 1):
+                 resume_from: str | None = None, *, keep: int = 2, threads: int = 1,
+                 rank: int = 0, ranks: int = 1, timeout_s: float = 120.0):
         import torch
 
-        from sao_gym.runtime.checkpoint import CheckpointManager
-
         torch.set_num_threads(threads)
+        self._build = (factory, policy_path, resume_from)
+        self.run_dir, self.keep = run_dir, keep
+        self.rank, self.ranks, self.timeout_s = rank, ranks, timeout_s
+        self.learner: Any = None
+
+    def rendezvous(self) -> str:
+        """``host:port`` on this actor's node where rank 0 will listen."""
+        import ray
+
+        from sao_gym.runtime.ranks import free_port
+
+        return f"{ray.util.get_node_ip_address()}:{free_port()}"
+
+    def start(self, address: str | None) -> dict[str, Any]:
+        """Join the group at ``address`` (several ranks), build the learner; :meth:`info`."""
+        import ray
+
+        from sao_gym.runtime.checkpoint import CheckpointManager
+        from sao_gym.runtime.ranks import join_ranks
+
+        factory, policy_path, resume_from = self._build
+        if self.ranks > 1:
+            gpus = ray.get_gpu_ids()
+            join_ranks(self.rank, self.ranks, address, factory.config.device, self.timeout_s,
+                       local_rank=0 if gpus else None)  # Ray shows each actor its own GPU
         self.learner = factory(policy_path, resume_from=resume_from)
-        self.checkpoints = CheckpointManager(run_dir, keep=keep)
+        self.checkpoints = CheckpointManager(self.run_dir, keep=self.keep)
+        return self.info()
 
     def info(self) -> dict[str, Any]:
         """pid, torch threads, steps done, policy version, most versions a step adds."""
@@ -69,7 +105,11 @@ class LearnerService:
                 "max_versions_per_step": self.learner.max_versions_per_step}
 
     def update(self, rollouts: list[Rollout]) -> tuple[dict[str, float], int, int, list]:
-        """One learner step: ``(metrics, steps_done, policy_version, [weights ref])``."""
+        """One learner step: ``(metrics, steps_done, policy_version, [weights ref])``.
+
+        Every rank trains its share; the weights (gathered on rank 0) are put
+        in the object store by rank 0, the others answer ``[None]``.
+        """
         import ray
 
         from sao_gym.utils.memory import release_free_memory, rss_mb
@@ -77,29 +117,37 @@ class LearnerService:
         metrics = self.learner.update(rollouts)
         release_free_memory()
         metrics["perf/learner_rss_mb"] = rss_mb()
-        box = [ray.put(self.learner.weights())]
+        weights = self.learner.weights()
+        box = [ray.put(weights) if self.rank == 0 else None]
         return metrics, self.learner.steps_done, self.learner.policy_version, box
 
-    def save(self, step: int, trainer_state: dict[str, Any]) -> str:
-        """Write a checkpoint of ``step``; its path."""
-        return str(self.checkpoints.save(step, self.learner, trainer_state))
+    def save(self, step: int, trainer_state: dict[str, Any], token: str) -> str:
+        """Write (this rank's part of) the checkpoint of ``step``; its path."""
+        return str(self.checkpoints.save(step, self.learner, trainer_state, token=token))
 
 
 class RemoteLearner:
-    """The trainer's learner, living in a :class:`LearnerService` actor.
+    """The trainer's learner: a group of :class:`LearnerService` actors, one per rank.
+
+    Every call runs on every rank (they train together); answers are rank
+    0's. Any rank dying (its process killed, its node lost) kills the others
+    (which would wait in a collective) and raises :class:`LearnerDied` naming it.
 
     Args:
-        actor: the actor handle.
-        info: its :meth:`LearnerService.info` answer.
-        dead_errors: exceptions meaning the actor is gone.
+        actors: the actor handles, rank 0 first.
+        info: rank 0's :meth:`LearnerService.info` answer.
+        dead_errors: exceptions meaning an actor is gone.
         run_dir: named in :class:`LearnerDied`'s message.
+        pids: each rank's process id (default: rank 0's from ``info``).
 
     """
 
-    def __init__(self, actor: Any, info: dict[str, Any], *,
-                 dead_errors: tuple[type[BaseException], ...], run_dir: str | Path):
-        self.actor, self.dead_errors, self.run_dir = actor, dead_errors, Path(run_dir)
-        self.pid: int = info["pid"]
+    def __init__(self, actors: list[Any], info: dict[str, Any], *,
+                 dead_errors: tuple[type[BaseException], ...], run_dir: str | Path,
+                 pids: list[int] | None = None):
+        self.actors, self.dead_errors, self.run_dir = list(actors), dead_errors, Path(run_dir)
+        self.pids: list[int] = pids or [info["pid"]]
+        self.pid: int = self.pids[0]
         self.threads: int = info["threads"]
         self.steps_done: int = info["steps_done"]
         self.policy_version: int = info["policy_version"]
@@ -107,19 +155,43 @@ class RemoteLearner:
         self._box: list | None = None
 
     def call(self, method: str, *args: Any) -> Any:
-        """``actor.method(*args)``, waited for; :class:`LearnerDied` if the actor is gone."""
+        """``actor.method(*args)`` on every rank, waited for; rank 0's answer.
+
+        :class:`LearnerDied` if a rank is gone.
+        """
         import ray
 
-        try:
-            return ray.get(getattr(self.actor, method).remote(*args))
-        except self.dead_errors as e:
-            raise LearnerDied(
-                f"the learner actor (pid {self.pid}) died: {type(e).__name__}; "
-                f"`sao-gym train --resume {self.run_dir}` continues from the last "
-                "checkpoint") from e
+        refs = [getattr(a, method).remote(*args) for a in self.actors]
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(ready[0])
+            except self.dead_errors as e:
+                rank = refs.index(ready[0])
+                self.kill()
+                who = (f"learner rank {rank} (pid {self.pids[rank]})" if len(self.actors) > 1
+                       else f"the learner actor (pid {self.pid})")
+                raise LearnerDied(
+                    f"{who} died: {type(e).__name__}; `sao-gym train --resume "
+                    f"{self.run_dir}` continues from the last checkpoint") from e
+            except BaseException:
+                self.kill()  # the other ranks would wait in a collective
+                raise
+        return ray.get(refs[0])
+
+    def kill(self) -> None:
+        """End every rank's actor (those already gone included)."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - it may be dead already
+                pass
 
     def update(self, rollouts: list[Rollout]) -> dict[str, float]:
-        """One learner step on the actor; its metrics."""
+        """One learner step on the actors; its metrics."""
         metrics, self.steps_done, self.policy_version, self._box = self.call("update", rollouts)
         return metrics
 
@@ -129,11 +201,13 @@ class RemoteLearner:
 
 
 class RemoteCheckpointer:
-    """The trainer's checkpointer: the learner actor writes the checkpoint."""
+    """The trainer's checkpointer: the learner's ranks write the checkpoint."""
 
     def __init__(self, learner: RemoteLearner):
         self.learner = learner
 
     def save(self, step: int, learner: Any, trainer_state: dict[str, Any]) -> Path:
-        """Checkpoint ``step`` on the learner actor; its path."""
-        return Path(self.learner.call("save", step, trainer_state))
+        """Checkpoint ``step`` on the learner's actors; its path."""
+        import uuid
+
+        return Path(self.learner.call("save", step, trainer_state, uuid.uuid4().hex[:12]))
