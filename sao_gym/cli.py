@@ -162,6 +162,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     console.print(f"[bold]sao-gym train[/]: {config.algorithm} ({config.mode}) on {config.env}, "
                   f"model {config.model}, {config.total_steps} steps -> {run_dir}")
     from sao_gym.inference.base import InferenceError
+    from sao_gym.runtime.probe import SamplerMismatch
     from sao_gym.runtime.ranks import RankDied
     from sao_gym.runtime.ray.learner import LearnerDied
     from sao_gym.runtime.source import RolloutsFailing
@@ -171,7 +172,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             result = train(config, run_dir, resume=bool(args.resume), display=display,
                            say=lambda text: console.print(text, style="dim", markup=False,
                                                           highlight=False, soft_wrap=True))
-    except (InferenceError, RolloutsFailing, LearnerDied, RankDied) as e:
+    except (InferenceError, RolloutsFailing, LearnerDied, RankDied, SamplerMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         if (run_dir / "checkpoints").is_dir():
             print(f"(checkpoints kept: `sao-gym train --resume {run_dir}` continues)",

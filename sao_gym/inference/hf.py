@@ -47,7 +47,7 @@ import torch
 from sao_gym.inference.base import BackendClosed, prompt_list
 from sao_gym.inference.hf_batch import DecodeBatch, ModelRunner
 from sao_gym.inference.sampling import sample_next
-from sao_gym.inference.weights import load_weights_dir
+from sao_gym.inference.weights import adapted, is_adapter, load_weights_dir, merge_adapter
 from sao_gym.types import Generation, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -190,6 +190,8 @@ class HFBackend:
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self._version = policy_version
+        self._adapter_base: dict[str, torch.Tensor] | None = None
+        """The weights LoRA adapters are merged into (those the first adapter changed)."""
         self._rng = torch.Generator()
         self._rng.manual_seed(seed if seed is not None else int.from_bytes(os.urandom(8), "little"))
         self._cond = threading.Condition()
@@ -366,8 +368,25 @@ class HFBackend:
                         _resolve(r.loop, r.future, exc=e)
 
     def _copy_weights(self, state_dict: Mapping[str, Any]) -> None:
-        """Validate every name and shape first, then copy (all or nothing)."""
+        """Validate every name and shape first, then copy (all or nothing).
+
+        LoRA adapters (:func:`~sao_gym.inference.weights.is_adapter`) are
+        merged into the weights the model had before the first adapter came
+        (kept aside then); full weights replace those.
+        """
         params = self.model.state_dict()
+        if is_adapter(state_dict):
+            missing = [k for k in adapted(state_dict) if k not in params]
+            if missing:
+                raise ValueError(f"the adapter changes weights the model lacks: {missing[:5]}")
+            base = self._adapter_base if self._adapter_base is not None else {}
+            for k in adapted(state_dict):  # not adapted before: as the model has them
+                if k not in base:
+                    base[k] = params[k].detach().clone()
+            self._adapter_base = base
+            state_dict = merge_adapter(base, state_dict)
+        else:
+            self._adapter_base = None
         unknown = [k for k in state_dict if k not in params]
         if unknown:
             raise ValueError(

@@ -49,21 +49,33 @@ def has_vllm(python: str) -> bool:
         return False
 
 
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The ``--max-lora-rank`` values vLLM takes."""
+
+
 def vllm_command(python: str, model: str, port: int, *, served_model_name: str = "policy",
-                 max_model_len: int, dtype: str = "float32", host: str = "127.0.0.1"
-                 ) -> list[str]:
+                 max_model_len: int, dtype: str = "float32", host: str = "127.0.0.1",
+                 max_lora_rank: int | None = None) -> list[str]:
     """``vllm serve`` with what RL needs.
 
     ``--logprobs-mode processed_logprobs``: logprobs after temperature (the
     sampler's); ``--generation-config vllm``: no sampling defaults from the
     checkpoint; ``--enforce-eager``: no graph capture (fast start, CPU builds).
-    The environment must also set ``VLLM_SERVER_DEV_MODE=1`` (the
-    weight-update routes): :class:`LocalServers` does.
+    ``max_lora_rank``: serve LoRA adapters up to that rank (one at a time;
+    vLLM's next allowed rank). The environment must also set
+    ``VLLM_SERVER_DEV_MODE=1`` (the weight-update routes) and, for adapters,
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=1``: :class:`LocalServers` does.
     """
-    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
-            "--host", host, "--port", str(port), "--dtype", dtype, "--enforce-eager",
-            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
-            "--max-model-len", str(max_model_len), "--served-model-name", served_model_name]
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+           "--host", host, "--port", str(port), "--dtype", dtype, "--enforce-eager",
+           "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+           "--max-model-len", str(max_model_len), "--served-model-name", served_model_name]
+    if max_lora_rank is not None:
+        allowed = [r for r in LORA_RANKS if r >= max_lora_rank]
+        if not allowed:
+            raise ValueError(f"vLLM serves LoRA ranks up to {LORA_RANKS[-1]}, not {max_lora_rank}")
+        cmd += ["--enable-lora", "--max-lora-rank", str(allowed[0]), "--max-loras", "1"]
+    return cmd
 
 
 def sao_serve_command(python: str, model: str, port: int, *, served_model_name: str = "policy",
@@ -110,13 +122,16 @@ class LocalServers:
             :func:`shared_threads`; vLLM servers keep their own rule).
         host: the address they listen on and are reached at (default: loopback; a
             Ray node's address for servers other nodes use).
+        max_lora_rank: vLLM servers accept LoRA adapters up to this rank (None:
+            none; ``sao-gym serve`` always accepts them).
 
     """
 
     def __init__(self, model: str, n: int, *, kind: str = "auto", python: str | None = None,
                  log_dir: str | os.PathLike[str], max_model_len: int, served_model_name: str =
                  "policy", max_batch_size: int = 32, startup_timeout_s: float = 600.0,
-                 max_restarts: int = 3, host: str = "127.0.0.1", threads: int | None = None):
+                 max_restarts: int = 3, host: str = "127.0.0.1", threads: int | None = None,
+                 max_lora_rank: int | None = None):
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         if kind not in ("auto", "vllm", "sao"):
@@ -129,6 +144,7 @@ class LocalServers:
         self.max_model_len, self.served_model_name = max_model_len, served_model_name
         self.max_batch_size, self.startup_timeout_s = max_batch_size, startup_timeout_s
         self.max_restarts, self.host = max_restarts, host
+        self.max_lora_rank = max_lora_rank
         self.threads = threads if threads is not None else shared_threads(n)
         self._restarts = Restarts(n, limit=max_restarts)
         """Times each server was started again (:meth:`replace`)."""
@@ -186,7 +202,8 @@ class LocalServers:
         port = free_port(self.host)
         if self.kind == "vllm":
             cmd = vllm_command(self.python, self.model, port, max_model_len=self.max_model_len,
-                               served_model_name=self.served_model_name, host=self.host)
+                               served_model_name=self.served_model_name, host=self.host,
+                               max_lora_rank=self.max_lora_rank)
         else:
             cmd = sao_serve_command(self.python, self.model, port,
                                     max_model_len=self.max_model_len,
@@ -194,6 +211,8 @@ class LocalServers:
                                     max_batch_size=self.max_batch_size, host=self.host,
                                     threads=self.threads)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}
+        if self.max_lora_rank is not None:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         # the leash ends the server when this process dies, however it dies
         leashed = [sys.executable, "-m", "sao_gym.inference.leash", "--", *cmd]

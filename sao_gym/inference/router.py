@@ -44,6 +44,8 @@ class Server:
     """Requests completed."""
     info: dict = field(default_factory=dict)
     """What the server said about itself at start (max_model_len, ...)."""
+    adapter: str | None = None
+    """The LoRA adapter loaded on it, which requests name as their model (None: none)."""
 
 
 class Router:

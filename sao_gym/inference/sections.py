@@ -124,6 +124,9 @@ class VLLMServerSection:
     max_server_restarts: int = 3
     """Times each launched server is started again after it dies (its requests wait or go
     to the others meanwhile); 0: a dead server is only taken out."""
+    max_lora_rank: int | None = None
+    """Launched vLLM servers accept LoRA adapters up to this rank (null: the learner's
+    ``learner.lora.rank`` when it trains adapters, else none)."""
 
     def __post_init__(self) -> None:
         _check_backend(self, "vllm_server")
@@ -181,7 +184,8 @@ class VLLMServerSection:
                 model_path, self.launch, kind=self.server, python=self.server_python,
                 log_dir=(work or Path(".")) / "servers", max_model_len=self.max_model_len,
                 served_model_name=self.model_name, max_batch_size=self.max_batch_size,
-                startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_server_restarts)
+                startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_server_restarts,
+                max_lora_rank=self.max_lora_rank)
             urls = servers.start()
         return VLLMServerBackend(urls, model=self.model_name, policy_version=version,
                                  sync_dir=work / "weights" if work is not None else None,

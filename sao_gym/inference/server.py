@@ -17,6 +17,11 @@ talks to it exactly as to ``vllm serve``. Routes:
   {"weights_path": DIR}}``: reads the weights directory;
   ``POST /update_weight_version {"new_version": "7"}`` then swaps them in
   as version 7 (between two decode steps); ``GET /weight_info``.
+- ``POST /v1/load_lora_adapter {"lora_name", "lora_path", "load_inplace"}``:
+  reads a LoRA adapter directory (vLLM's route); the next
+  ``/update_weight_version`` merges it into the served model's weights, and
+  requests may then name ``lora_name`` as their model. The adapter alone
+  crosses the wire.
 - ``GET /v1/models``, ``GET /server_info`` (reports
   ``logprobs_mode: processed_logprobs``), ``GET /health``.
 
@@ -56,13 +61,17 @@ def _error(status: int, message: str) -> web.Response:
                              status=status)
 
 
-def parse_completion(body: Any, model: str, eos_token_ids: tuple[int, ...]
-                     ) -> tuple[list[int], SamplingParams, bool]:
-    """(prompt ids, sampling params, stream) of a ``/v1/completions`` body, or ``_BadRequest``."""
+def parse_completion(body: Any, model: str, eos_token_ids: tuple[int, ...],
+                     adapters: tuple[str, ...] = ()) -> tuple[list[int], SamplingParams, bool]:
+    """(prompt ids, sampling params, stream) of a ``/v1/completions`` body, or ``_BadRequest``.
+
+    The body's ``model`` is ``model`` or the name of a loaded adapter.
+    """
     if not isinstance(body, dict):
         raise _BadRequest("the request body must be a JSON object")
-    if body.get("model", model) != model:
-        raise _BadRequest(f"model {body.get('model')!r} is not served here (serving {model!r})")
+    if body.get("model", model) not in (model, *adapters):
+        raise _BadRequest(f"model {body.get('model')!r} is not served here (serving "
+                          f"{[model, *adapters]!r})")
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
         prompt = prompt[0]
@@ -114,6 +123,8 @@ class _Server:
         self.running.set()
         self.staged: Any = None
         self.lock = asyncio.Lock()
+        self.adapters: tuple[str, ...] = ()
+        """Names of the LoRA adapter loaded (requests may name it as their model)."""
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -121,7 +132,8 @@ class _Server:
         except json.JSONDecodeError as e:
             return _error(400, f"the request body is not JSON: {e}")
         try:
-            prompt, params, stream = parse_completion(body, self.model, self.eos_token_ids)
+            prompt, params, stream = parse_completion(body, self.model, self.eos_token_ids,
+                                                      self.adapters)
         except _BadRequest as e:
             return _error(400, str(e))
         await self.running.wait()
@@ -196,6 +208,32 @@ class _Server:
             self.staged = weights
         return web.json_response({"results": [None]})
 
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        """Stage a LoRA adapter directory; the next version update merges it in."""
+        from sao_gym.inference.weights import is_adapter, load_weights_dir
+
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as e:
+            return _error(400, f"the request body is not JSON: {e}")
+        name = body.get("lora_name") if isinstance(body, dict) else None
+        path = body.get("lora_path") if isinstance(body, dict) else None
+        if not isinstance(name, str) or not name or not isinstance(path, str):
+            return _error(400, "load_lora_adapter needs lora_name and lora_path")
+        if self.adapters and name not in self.adapters and not body.get("load_inplace"):
+            return _error(400, f"an adapter ({self.adapters[0]!r}) is loaded already: "
+                          "one adapter at a time (load_inplace replaces it)")
+        if not is_adapter(path):
+            return _error(400, f"{path} is not a LoRA adapter directory (adapter_config.json)")
+        try:
+            weights = await asyncio.to_thread(load_weights_dir, path)
+        except (OSError, ValueError) as e:
+            return _error(400, f"cannot read the adapter from {path}: {e}")
+        async with self.lock:
+            self.staged = weights
+            self.adapters = (name,)
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
     async def update_weight_version(self, request: web.Request) -> web.Response:
         try:
             body = await request.json()
@@ -244,6 +282,7 @@ def build_app(backend: Any, *, model: str = "policy", max_model_len: int,
         web.post("/v1/completions", s.completions), web.post("/pause", s.pause),
         web.post("/resume", s.resume), web.get("/is_paused", s.is_paused),
         web.post("/collective_rpc", s.collective_rpc),
+        web.post("/v1/load_lora_adapter", s.load_lora_adapter),
         web.post("/update_weight_version", s.update_weight_version),
         web.get("/weight_info", s.weight_info), web.get("/v1/models", s.models),
         web.get("/server_info", s.server_info), web.get("/health", s.health),

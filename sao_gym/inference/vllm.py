@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sao_gym.inference.base import BackendClosed, InferenceError, prompt_list
+from sao_gym.inference.weights import is_adapter, load_weights_dir, merge_adapter
 from sao_gym.types import Generation, SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,7 @@ class VLLMBackend:
                                "enforce_eager": True, **engine_kwargs}
         self._version = policy_version
         self._sync = WeightSync(sync_dir)
+        self._base: dict[str, Any] | None = None  # the weights adapters are merged into
         self._engine: Any = None
         self._closed = False
         self._lock = asyncio.Lock()
@@ -124,10 +126,24 @@ class VLLMBackend:
 
     async def update_weights(self, weights: Mapping[str, Any] | str | os.PathLike[str],
                              version: int) -> None:
-        """Reload the engine's weights from ``weights`` as ``version``; requests keep running."""
+        """Reload the engine's weights from ``weights`` as ``version``; requests keep running.
+
+        LoRA adapters are merged into the weights at ``model_path`` first (the
+        in-process engine is given merged weights, not the adapter).
+        """
         await self.start()
+        if is_adapter(weights):
+            weights = await asyncio.to_thread(self._merged, weights)
         path = await self._sync.path(weights, version)
         await self._sync.reload(_EngineCalls(self), path, version)
+
+    def _merged(self, adapter: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
+        """The weights at ``model_path`` with ``adapter`` merged in."""
+        if self._base is None:
+            self._base = load_weights_dir(self.model_path)
+        if isinstance(adapter, (str, os.PathLike)):
+            adapter = load_weights_dir(adapter)
+        return {**self._base, **merge_adapter(self._base, adapter)}
 
     async def aclose(self) -> None:
         """Shut the engine down (idempotent)."""

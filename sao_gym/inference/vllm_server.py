@@ -320,7 +320,8 @@ class VLLMServerBackend:
         if room < 1:
             raise ValueError(f"prompt of {len(prompt)} tokens leaves no room to generate: "
                              f"{server.url} has max_model_len {server.info['max_model_len']}")
-        body = completion_body(self.model, prompt, params, min(params.max_new_tokens, room))
+        body = completion_body(server.adapter or self.model, prompt, params,
+                               min(params.max_new_tokens, room))
         return await self._with_retries(server, lambda: self._stream(server, body))
 
     async def _stream(self, server: Server, body: dict[str, Any]) -> Generation:
@@ -351,8 +352,12 @@ class VLLMServerBackend:
         return Generation(token_ids=tokens, logprobs=[float(x) for x in logprobs],
                           finish_reason=finish, policy_versions=versions)
 
-    async def _call(self, server: Server, method: str, path: str, **kwargs: Any) -> Any:
-        """One JSON request with retries; a 404 is a :class:`ServerConfigError`."""
+    async def _call(self, server: Server, method: str, path: str, *, text: bool = False,
+                    **kwargs: Any) -> Any:
+        """One JSON request with retries; a 404 is a :class:`ServerConfigError`.
+
+        ``text``: the answer is text, not JSON.
+        """
 
         async def once() -> Any:
             async with self._session().request(method, server.url + path, **kwargs) as resp:
@@ -362,7 +367,7 @@ class VLLMServerBackend:
                         "`vllm serve` started with VLLM_SERVER_DEV_MODE=1, or `sao-gym serve` "
                         "(docs/inference.md)")
                 await _raise_for_status(resp, server.url + path)
-                return await resp.json(content_type=None)
+                return await (resp.text() if text else resp.json(content_type=None))
 
         return await self._with_retries(server, once)
 
@@ -417,8 +422,23 @@ class _ServerCalls:
         await self.call("POST", "/pause", params={"mode": "keep", "clear_cache": "true"})
 
     async def reload(self, path: str) -> None:
-        await self.call("POST", "/collective_rpc",
-                        json={"method": "reload_weights", "kwargs": {"weights_path": path}})
+        from sao_gym.inference.weights import ADAPTER_NAME, is_adapter
+
+        if not is_adapter(path):
+            await self.call("POST", "/collective_rpc",
+                            json={"method": "reload_weights", "kwargs": {"weights_path": path}})
+            self.server.adapter = None
+            return
+        try:  # the adapter alone: the server keeps its base weights and applies it
+            await self.call("POST", "/v1/load_lora_adapter", text=True,
+                            json={"lora_name": ADAPTER_NAME, "lora_path": path,
+                                  "load_inplace": True})
+        except ServerConfigError:
+            raise ServerConfigError(
+                f"{self.server.url} cannot load LoRA adapters (no /v1/load_lora_adapter): start "
+                "`vllm serve` with --enable-lora --max-lora-rank R and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1, or use `sao-gym serve`") from None
+        self.server.adapter = ADAPTER_NAME
 
     async def set_version(self, version: int) -> None:
         await self.call("POST", "/update_weight_version", json={"new_version": str(version)})

@@ -26,6 +26,51 @@ ENGINES = ("local", "fsdp")
 """Valid ``LearnerConfig.engine`` values (:data:`sao_gym.learner.engine.ENGINES`)."""
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Default LoRA targets: every linear layer of a Llama/Qwen2-style decoder layer."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """``learner.lora``: train low-rank adapters (PEFT's LoRA) instead of the whole model.
+
+    Only the adapters (and, for the critic, its value head and norms) are
+    trained and reach the optimizer; docs/scale.md, "LoRA".
+    """
+
+    rank: int = 8
+    """Rank r of each adapter (``B @ A``, ``A``: r x in, ``B``: out x r)."""
+    alpha: float = 16.0
+    """Scaling numerator: the adapter adds ``(alpha / rank) * B @ A`` to a weight."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input while training (0: the learner's logprobs are
+    exactly the sampler's)."""
+    target_modules: tuple[str, ...] = LORA_TARGETS
+    """Names (last path component) of the linear layers that get an adapter."""
+    critic: bool = False
+    """Also train the critic through adapters (its head and norms stay trainable)."""
+    check_tolerance: float = 1e-3
+    """Largest difference (nats) between the sampler's and the learner's logprob of
+    the probe tokens after each update before the run stops (the adapter was not
+    applied); raise it for a bf16 learner or sampler."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        if self.rank < 1 or not self.alpha > 0 or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"lora needs rank >= 1, alpha > 0 and dropout in [0, 1); got "
+                             f"rank {self.rank}, alpha {self.alpha}, dropout {self.dropout}")
+        if not self.target_modules or not all(isinstance(t, str) and t
+                                              for t in self.target_modules):
+            raise ValueError("lora.target_modules must be a non-empty list of module names")
+        if not self.check_tolerance > 0:
+            raise ValueError(f"lora.check_tolerance must be > 0, got {self.check_tolerance}")
+
+    @property
+    def scaling(self) -> float:
+        """``alpha / rank``, the factor of ``B @ A``."""
+        return self.alpha / self.rank
+
+
 @dataclass(frozen=True)
 class LearnerConfig:
     """Hyperparameters of the learner (paper defaults where it states them)."""
@@ -100,6 +145,8 @@ class LearnerConfig:
     ``ranks`` processes with PyTorch FSDP2 (docs/scale.md)."""
     ranks: int = 1
     """Learner processes (``fsdp``): gloo on the CPU, NCCL on GPUs."""
+    lora: LoraSettings | None = None
+    """Low-rank adapters instead of full fine-tuning (:class:`LoraSettings`; null: off)."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of
     keeping them (transformers' mechanism, non-reentrant): less memory for long

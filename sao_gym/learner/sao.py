@@ -252,6 +252,14 @@ class Learner:
         """
         return self.policy_engine.weights()
 
+    @torch.no_grad()
+    def logprobs_of(self, prompt: Sequence[int], tokens: Sequence[int]) -> list[float]:
+        """The policy's logprobs of ``tokens`` after ``prompt``, at the sampling temperature."""
+        ids = torch.tensor([[*prompt, *tokens]], device=self.policy_engine.device)
+        logits = self.policy_engine.forward(input_ids=ids).logits.float()
+        lp = token_logprobs(logits, ids, self.temperature)[0, len(prompt):]
+        return [float(x) for x in lp]
+
     # ----- the step -----
     def update(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
         """One learner step on ``rollouts``; returns its metrics (module docs)."""
@@ -569,8 +577,10 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
         critic = engine(ValueModel.from_pretrained(
             critic_path or policy_path, freeze=config.critic_freeze,
             dtype=getattr(torch, config.dtype), device=device, seed=config.seed,
-            num_layers=config.critic_layers), config, config.critic_lr or 5 * config.lr)
+            num_layers=config.critic_layers), config, config.critic_lr or 5 * config.lr,
+            lora=config.lora if config.lora is not None and config.lora.critic else None)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Learner(spec, engine(policy, config, config.lr), critic, config, pad_id=pad,
+    return Learner(spec, engine(policy, config, config.lr, lora=config.lora), critic, config,
+                   pad_id=pad,
                    tokenizer=tokenizer, total_steps=total_steps, temperature=temperature,
                    group_size=group_size)

@@ -118,9 +118,12 @@ def backend_factory(config: TrainConfig, *, batch_invariant: bool = False) -> An
 
     A null context limit of an in-process or launched vLLM is ``rollout.max_context_tokens``;
     a null ``batch_invariant`` of the hf backend is ``batch_invariant`` (training a
-    sync run passes True: :func:`run_parts`).
+    sync run passes True: :func:`run_parts`); launched servers load adapters of the
+    learner's LoRA rank.
     """
     inf = config.inference
+    if getattr(inf, "max_lora_rank", 0) is None and config.learner.lora is not None:
+        inf = dataclasses.replace(inf, max_lora_rank=config.learner.lora.rank)
     if getattr(inf, "max_model_len", 0) is None:
         inf = dataclasses.replace(inf, max_model_len=config.rollout.max_context_tokens)
     if getattr(inf, "batch_invariant", False) is None:

@@ -25,6 +25,7 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     win. ``sinks`` receive every step's metrics after the loggers.
     """
     from sao_gym.runtime.checkpoint import CheckpointManager
+    from sao_gym.runtime.probe import SamplerCheck
     from sao_gym.runtime.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -38,7 +39,10 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
         learner = learner_on_ranks(parts.learner, policy_path, resume_from=latest)
     else:
         learner = parts.learner(policy_path, resume_from=latest)
-    rollouts = parts.rollouts(str(latest / "policy") if latest else policy_path,
+    lora = parts.learner.config.lora
+    # with adapters the sampler keeps the base model and is sent the adapter first
+    serve = str(latest / "policy") if latest and lora is None else policy_path
+    rollouts = parts.rollouts(serve,
                               tokenizer_path=policy_path, version=learner.policy_version,
                               seed=parts.seed + learner.steps_done, run_dir=run_dir)
     source = parts.source(rollouts.play, concurrency=parts.concurrency, seed=next_seed,
@@ -48,4 +52,6 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=rollouts.backend, sink=sink,
                    checkpoints=checkpoints, total_steps=parts.total_steps,
-                   checkpoint_every=parts.checkpoint_every)
+                   checkpoint_every=parts.checkpoint_every, publish_first=lora is not None,
+                   sampler_check=SamplerCheck(lora.check_tolerance, parts.learner.temperature)
+                   if lora is not None else None)

@@ -27,7 +27,8 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 MIRRORED = frozenset({"update", "weights", "state_dict", "load_state_dict", "save_state",
-                      "load_state", "save_policy", "save_models", "pretrain_critic"})
+                      "load_state", "save_policy", "save_models", "pretrain_critic",
+                      "logprobs_of"})
 """Learner methods that every rank runs together."""
 
 

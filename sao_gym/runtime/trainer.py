@@ -114,13 +114,19 @@ class Trainer:
         checkpoints: saves checkpoints; ``None``: never.
         total_steps: the learner step the run ends at.
         checkpoint_every: learner steps between checkpoints (0: only at the end).
+        publish_first: publish the learner's weights to the backend before the first
+            episode (a LoRA learner's adapter, which the backend's model lacks).
+        sampler_check: after each publish, check that the backend samples with the
+            learner's weights (:class:`~sao_gym.runtime.probe.SamplerCheck`).
 
     """
 
     def __init__(self, *, source: RolloutSource, learner: TrainableLearner, backend: Any,
                  sink: Sink, checkpoints: Checkpointer | None, total_steps: int,
-                 checkpoint_every: int = 0):
+                 checkpoint_every: int = 0, publish_first: bool = False,
+                 sampler_check: Any = None):
         self.source, self.learner, self.backend = source, learner, backend
+        self.publish_first, self.sampler_check = publish_first, sampler_check
         self.sink, self.checkpoints = sink, checkpoints
         self.total_steps, self.checkpoint_every = total_steps, checkpoint_every
         self._checkpointed_step = learner.steps_done
@@ -143,8 +149,11 @@ class Trainer:
         self._install_signal_handlers()
         self._t0 = time.monotonic()
         self._last = (self._t0, 0, 0)
-        self.source.start()
         try:
+            if self.publish_first:
+                await self.backend.update_weights(self.learner.weights(),
+                                                  self.learner.policy_version)
+            self.source.start()
             while self.learner.steps_done < self.total_steps and not self._stop.is_set():
                 batch = await self._until_stop(self.source.next_batch())
                 if batch is None:
@@ -197,6 +206,10 @@ class Trainer:
         metrics["rollout/untrainable"] = float(len(batch) - len(trainable))
         version = self.learner.policy_version
         await self.backend.update_weights(self.learner.weights(), version)
+        if self.sampler_check is not None:
+            self.sampler_check.take_prompt(trainable)
+            metrics["check/sampler_logprob_gap"] = await self.sampler_check.check(
+                self.backend, self.learner, version)
         await self.source.step_done(version)
         step = self.learner.steps_done
         counters = self.source.counters

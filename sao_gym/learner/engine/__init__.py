@@ -36,7 +36,7 @@ from sao_gym.learner.engine.group import SINGLE, RankGroup, TorchRankGroup
 from sao_gym.learner.engine.local import LocalEngine
 
 if TYPE_CHECKING:
-    from sao_gym.learner.config import LearnerConfig
+    from sao_gym.learner.config import LearnerConfig, LoraSettings
 
 
 class Engine(Protocol):
@@ -68,7 +68,7 @@ class Engine(Protocol):
         """Clip and step (skipped for a non-finite loss or norm): ``(norm, stepped)``."""
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The full weights an inference backend loads."""
+        """The weights an inference backend loads: all of them, or a LoRA model's adapters."""
 
     def state_dict(self) -> dict[str, Any]:
         """``{"model": ..., "optimizer": ...}`` for checkpoints."""
@@ -108,26 +108,42 @@ def _checkpointing_switch(m: torch.nn.Module) -> Any:
     return None
 
 
-def _prepare(model: torch.nn.Module, config: LearnerConfig) -> torch.nn.Module:
-    """The memory settings of ``config`` applied to ``model`` (before any sharding)."""
+CRITIC_TRAINABLE = ("head", "norm")
+"""Parameters of a critic with LoRA that stay trainable besides its adapters."""
+
+
+def _prepare(model: torch.nn.Module, config: LearnerConfig, lora: LoraSettings | None
+             ) -> torch.nn.Module:
+    """``model`` with ``lora`` adapters and the config's memory settings (before any sharding)."""
+    if lora is not None:
+        from sao_gym.learner.lora import add_lora
+
+        model = add_lora(model, lora, trainable=CRITIC_TRAINABLE
+                         if hasattr(model, "values_after") else ())
     if config.gradient_checkpointing and not checkpoint_activations(model):
         raise ValueError(f"gradient_checkpointing: {type(model).__name__} holds no transformers "
                          "model to checkpoint")
     return model
 
 
-def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> LocalEngine:
-    """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings."""
-    model = _prepare(model, config)
+def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
+                 lora: LoraSettings | None = None) -> LocalEngine:
+    """``model`` (on ``config.device``) in a :class:`LocalEngine` with the config's settings.
+
+    ``lora``: train adapters in it (:mod:`sao_gym.learner.lora`) instead of all of it.
+    """
+    model = _prepare(model, config, lora)
     return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
                        max_grad_norm=config.max_grad_norm, autocast=config.autocast,
-                       device=config.device)
+                       device=config.device, lora_scaling=lora.scaling if lora else None)
 
 
-def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> Engine:
+def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
+                lora: LoraSettings | None = None) -> Engine:
     """``model`` sharded over the ranks of the default process group, with the config's settings.
 
     The caller starts the ``config.ranks`` processes and their process group.
+    ``lora``: as :func:`local_engine`.
     """
     import torch.distributed as dist
 
@@ -137,9 +153,10 @@ def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float) -> Eng
         raise RuntimeError(f"engine fsdp needs a process group of learner.ranks={config.ranks} "
                            "ranks, started before the learner is built")
     group = TorchRankGroup(device=rank_device(config.device))
-    return FSDPEngine(_prepare(model, config), group, lr=lr, weight_decay=config.weight_decay,
-                      max_grad_norm=config.max_grad_norm, mixed_precision=config.autocast,
-                      device=group.device)
+    return FSDPEngine(_prepare(model, config, lora), group, lr=lr,
+                      weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+                      mixed_precision=config.autocast, device=group.device,
+                      lora_scaling=lora.scaling if lora else None)
 
 
 def rank_device(device: str) -> str:
@@ -148,7 +165,7 @@ def rank_device(device: str) -> str:
 
 
 ENGINES = {"local": local_engine, "fsdp": fsdp_engine}
-"""``learner.engine`` -> ``(model, config, lr) -> Engine``."""
+"""``learner.engine`` -> ``(model, config, lr, *, lora) -> Engine``."""
 
 
 __all__ = ["ENGINES", "SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup",

@@ -60,12 +60,15 @@ class FSDPEngine(ModelEngine):
             compute, fp32 gradient reduction, fp32 master weights); None: the
             parameters' dtype.
         device: this rank's device (``cpu``, ``cuda:R``).
+        lora_scaling: as :class:`~sao_gym.learner.engine.local.LocalEngine`'s
+            (the adapters alone are gathered for :meth:`weights`).
 
     """
 
     def __init__(self, module: torch.nn.Module, group: TorchRankGroup, *, lr: float,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
-                 mixed_precision: str | None = None, device: str | torch.device = "cpu"):
+                 mixed_precision: str | None = None, device: str | torch.device = "cpu",
+                 lora_scaling: float | None = None):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import (
             MixedPrecisionPolicy,
@@ -74,6 +77,7 @@ class FSDPEngine(ModelEngine):
         )
 
         self.device, self.group = torch.device(device), group
+        self.lora_scaling = lora_scaling
         self.max_grad_norm = max_grad_norm
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
         mesh = init_device_mesh(self.device.type, (group.size,))
@@ -124,7 +128,14 @@ class FSDPEngine(ModelEngine):
         return StateDictOptions(full_state_dict=True, **kwargs)
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The full weights on rank 0 (on the CPU); ``{}`` on the other ranks."""
+        """The full weights (a LoRA model's adapters) on rank 0, on the CPU; ``{}`` elsewhere."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        lora = self.lora_scaling is not None  # the frozen base is not gathered
+        return self.published(get_model_state_dict(
+            self.module, options=self._options(cpu_offload=True, ignore_frozen_params=lora)))
+
+    def _full_weights(self) -> dict[str, torch.Tensor]:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         return get_model_state_dict(self.module, options=self._options(cpu_offload=True))
@@ -140,7 +151,7 @@ class FSDPEngine(ModelEngine):
                                                  options=self._options(cpu_offload=True))
         if not started and optimizer:
             optimizer = {"state": {}, "param_groups": optimizer["param_groups"]}
-        return {"model": self.weights(), "optimizer": optimizer}
+        return {"model": self._full_weights(), "optimizer": optimizer}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (read on rank 0, sent to every rank)."""
@@ -164,10 +175,10 @@ class FSDPEngine(ModelEngine):
             self.optimizer.state.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Rank 0 writes the full model with its ``save_pretrained(path, state_dict=...)``."""
-        full = self.weights()
+        """Rank 0 writes the whole model (LoRA merged) with its ``save_pretrained``."""
+        full = self._full_weights()
         if self.group.rank == 0:
-            self.module.save_pretrained(str(path), state_dict=full)
+            self.module.save_pretrained(str(path), state_dict=self.servable(full))
 
 
 __all__ = ["FORWARD_METHODS", "FSDPEngine", "shard_units"]

@@ -57,6 +57,24 @@ class ModelEngine:
     optimizer: torch.optim.Optimizer
     clip: Callable[[], float]
     """Each engine's own: clip the gradients, return their norm before clipping."""
+    lora_scaling: float | None = None
+    """``alpha / rank`` of a model trained through LoRA adapters; None: full fine-tuning."""
+
+    def published(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What :meth:`weights` hands out of the module's ``state``: a LoRA model's adapters."""
+        if self.lora_scaling is None:
+            return state
+        from sao_gym.learner.lora import adapter_weights
+
+        return adapter_weights(state, self.lora_scaling)
+
+    def servable(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The plain model's state dict of the module's ``state`` (LoRA merged in)."""
+        if self.lora_scaling is None:
+            return state
+        from sao_gym.learner.lora import merged_weights
+
+        return merged_weights(state, self.lora_scaling)
 
     def to_device(self, mb: MicroBatch) -> MicroBatch:
         """``mb`` with its tensors on :attr:`device` (itself when they are there)."""
@@ -126,13 +144,16 @@ class LocalEngine(ModelEngine):
         autocast: ``"bfloat16"`` runs forward passes under ``torch.autocast``;
             None: the parameters' dtype.
         device: where the module is.
+        lora_scaling: ``alpha / rank`` when the module trains LoRA adapters
+            (:mod:`sao_gym.learner.lora`): :meth:`weights` are the adapters,
+            :meth:`save` writes the merged model.
 
     """
 
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float = 0.0,
                  max_grad_norm: float | None = 1.0, autocast: str | None = None,
-                 device: str | torch.device = "cpu"):
-        self.module = module
+                 device: str | torch.device = "cpu", lora_scaling: float | None = None):
+        self.module, self.lora_scaling = module, lora_scaling
         self.device = torch.device(device)
         self.max_grad_norm = max_grad_norm
         self.autocast = autocast
@@ -165,8 +186,11 @@ class LocalEngine(ModelEngine):
         return float(torch.nn.utils.clip_grad_norm_(params, clip)) if params else 0.0
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """The module's state dict (live references: copy before the next step)."""
-        return self.module.state_dict()
+        """The module's state dict, or a LoRA model's adapters.
+
+        Live references: copy before the next step.
+        """
+        return self.published(self.module.state_dict())
 
     def state_dict(self) -> dict[str, Any]:
         """``{"model": ..., "optimizer": ...}``.
@@ -207,8 +231,15 @@ class LocalEngine(ModelEngine):
                 self.optimizer.state.clear()
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """The module's ``save_pretrained(path)`` (a checkpoint a backend or loader reads)."""
-        self.module.save_pretrained(str(path))
+        """The module's ``save_pretrained(path)`` (a checkpoint a backend or loader reads).
+
+        A LoRA model is written merged, as the plain model.
+        """
+        if self.lora_scaling is None:
+            self.module.save_pretrained(str(path))
+        else:
+            self.module.save_pretrained(str(path),
+                                        state_dict=self.servable(self.module.state_dict()))
 
 
 __all__ = ["LocalEngine", "ModelEngine", "keyed_by_position", "unstarted_kept"]

@@ -71,8 +71,10 @@ def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
         latest, next_seed = (CheckpointManager(run_dir).resume_point(parts.seed) if resume
                              else (None, parts.seed))
         learner = _start_learner(parts, policy_path, run_dir, latest)
+        lora = parts.learner.config.lora  # adapters: workers keep the base, get the adapter
         pool = _start_pool(parts, shares, run_dir, learner,
-                           serve_from=str(latest / "policy") if latest else policy_path,
+                           serve_from=str(latest / "policy") if latest and lora is None
+                           else policy_path,
                            tokenizer_path=policy_path, shutdown=started)
     except BaseException:
         if started:
@@ -85,7 +87,7 @@ def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=pool, sink=sink,
                    checkpoints=RemoteCheckpointer(learner), total_steps=parts.total_steps,
-                   checkpoint_every=parts.checkpoint_every)
+                   checkpoint_every=parts.checkpoint_every, publish_first=lora is not None)
 
 
 def _dead_errors() -> tuple[type[BaseException], ...]:

@@ -121,6 +121,13 @@ class LearnerService:
         box = [ray.put(weights) if self.rank == 0 else None]
         return metrics, self.learner.steps_done, self.learner.policy_version, box
 
+    def weights_box(self) -> list:
+        """``[object ref]`` of the current weights (rank 0's; ``[None]`` elsewhere)."""
+        import ray
+
+        weights = self.learner.weights()
+        return [ray.put(weights) if self.rank == 0 else None]
+
     def save(self, step: int, trainer_state: dict[str, Any], token: str) -> str:
         """Write (this rank's part of) the checkpoint of ``step``; its path."""
         return str(self.checkpoints.save(step, self.learner, trainer_state, token=token))
@@ -195,8 +202,10 @@ class RemoteLearner:
         metrics, self.steps_done, self.policy_version, self._box = self.call("update", rollouts)
         return metrics
 
-    def weights(self) -> list | None:
-        """The box (``[object ref]``) of the weights of the last step."""
+    def weights(self) -> list:
+        """The box (``[object ref]``) of the weights of the last step (before any: now)."""
+        if self._box is None:
+            self._box = self.call("weights_box")
         return self._box
 
 
