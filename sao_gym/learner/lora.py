@@ -42,8 +42,10 @@ def add_lora(model: torch.nn.Module, settings: LoraSettings, *,
     Parameters whose name contains one of ``trainable`` (a critic's ``head``,
     ``norm``) stay trainable too. Raises ``ValueError`` when no module matches.
     """
-    from peft import LoraConfig, inject_adapter_in_model
-
+    try:
+        from peft import LoraConfig, inject_adapter_in_model
+    except ImportError:
+        raise ImportError("learner.lora needs PEFT: pip install 'sao-gym[lora]'") from None
     config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha,
                         lora_dropout=settings.dropout,
                         target_modules=list(settings.target_modules))
