@@ -17,7 +17,15 @@ Prints one line per measurement; ``--out`` also writes every number as JSON:
    (16 x 512 tokens on cuda, 4 x 64 on cpu; half of them action tokens);
 4. ``weight_update``: seconds ``HFBackend.update_weights`` takes while 8
    generations run (median of 3), and whether they saw both versions;
-5. ``vllm``: decode tokens/s with VLLMBackend when vLLM imports (cuda only).
+5. ``learner_scale``: the same SAO learner and rollouts as 3, per row: full
+   fine-tuning (bf16 autocast on cuda), LoRA rank 8, gradient checkpointing,
+   and FSDP2 on one rank (NCCL on cuda, gloo on cpu; bf16 through FSDP's
+   ``MixedPrecisionPolicy``): median step seconds, peak GPU memory (cuda),
+   trainable parameters and AdamW state bytes, the first step's policy
+   gradient norm; checks that every row trains (finite, weights moved), that
+   LoRA's AdamW state is under 1/20 of full's, and that checkpointing and FSDP
+   give full's gradient norm (within 1e-3 relative in fp32, 5e-2 in bf16);
+6. ``vllm``: decode tokens/s with VLLMBackend when vLLM imports (cuda only).
 Exits 2 without a GPU under ``--device cuda``, 1 when a measurement failed.
 """
 
@@ -27,6 +35,7 @@ import argparse
 import asyncio
 import gc
 import json
+import math
 import platform
 import random
 import statistics
@@ -197,6 +206,119 @@ def learner_throughput(learner: Learner, rollouts: list[Rollout], steps: int) ->
     return out
 
 
+SCALE_ROWS = {
+    "full": {},
+    "lora": {"lora": 8},
+    "ckpt": {"gradient_checkpointing": True},
+    "fsdp1": {"engine": "fsdp"},
+}
+
+
+def _one_rank_group(device: str) -> None:
+    """A process group of this process alone, for the FSDP row."""
+    import os
+    import socket
+
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ["LOCAL_RANK"] = "0"
+    dist.init_process_group("nccl" if device == "cuda" else "gloo",
+                            init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def scale_row(name: str, path: str, device: str, rollouts: list[Rollout], steps: int) -> dict:
+    """One learner configuration of ``SCALE_ROWS`` trained ``1 + steps`` steps; its numbers."""
+    import torch.distributed as dist
+
+    from sao_gym.learner.config import LoraSettings
+
+    spec, cuda = SCALE_ROWS[name], device == "cuda"
+    if spec.get("engine") == "fsdp":
+        _one_rank_group(device)
+    try:
+        cfg = LearnerConfig(device=device, dtype="float32", critic_warmup_steps=0,
+                            autocast="bfloat16" if cuda else None,
+                            engine=spec.get("engine", "local"),
+                            lora=LoraSettings(rank=spec["lora"]) if "lora" in spec else None,
+                            gradient_checkpointing=spec.get("gradient_checkpointing", False))
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        learner = build_learner("sao", path, cfg, total_steps=10, temperature=1.0)
+        engine = learner.policy_engine
+        before = {n: p.detach().float().clone() for n, p in engine.module.named_parameters()
+                  if p.requires_grad}
+        norms, times = [], []
+        for _ in range(1 + steps):
+            sync(device)
+            t0 = time.perf_counter()
+            metrics = learner.update(rollouts)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+            norms.append(metrics["policy/grad_norm"])
+        moved = max(float((p.detach().float() - before[n]).abs().max())
+                    for n, p in engine.module.named_parameters() if p.requires_grad)
+        local = [p.to_local() if hasattr(p, "to_local") else p
+                 for p in engine.module.parameters()]
+        out = {"step_seconds": statistics.median(times[1:]), "grad_norm": norms[0],
+               "weights_moved": moved, "finite": all(math.isfinite(x) for x in norms),
+               "trainable": sum(p.numel() for p in engine.module.parameters()
+                                if p.requires_grad),
+               "optimizer_bytes": sum(v.numel() * v.element_size()
+                                      for st in engine.optimizer.state.values()
+                                      for v in st.values() if torch.is_tensor(v) and v.dim()),
+               "parameter_bytes": sum(p.numel() * p.element_size() for p in local)}
+        if cuda:
+            out["peak_gpu_memory_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        del learner, engine
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        return out
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def own_logprobs(path: str, rollouts: list[Rollout]) -> list[Rollout]:
+    """``rollouts`` with the checkpoint's own logprobs as the sampler's (ratios start at 1)."""
+    import dataclasses
+
+    model = load_policy(path, device="cpu")[0].eval()
+    out = []
+    with torch.no_grad():
+        for r in rollouts:
+            ids = torch.tensor([r.token_ids])
+            lp = token_logprobs(model(input_ids=ids).logits.float(), ids)[0].tolist()
+            out.append(dataclasses.replace(r, rollout_logprobs=[
+                x if m else 0.0 for x, m in zip(lp, r.loss_mask, strict=True)]))
+    return out
+
+
+def learner_scale(path: str, device: str, rollouts: list[Rollout], steps: int) -> dict:
+    """Every row of ``SCALE_ROWS`` and the checks between them (docstring item 5)."""
+    rollouts = own_logprobs(path, rollouts)
+    rows = {name: scale_row(name, path, device, rollouts, steps) for name in SCALE_ROWS}
+    full, tol = rows["full"], 5e-2 if device == "cuda" else 1e-3
+    checks = {
+        "every row trains": all(r["finite"] and r["weights_moved"] > 0 for r in rows.values()),
+        "lora optimizer <= 1/20 of full": rows["lora"]["optimizer_bytes"] * 20
+        <= full["optimizer_bytes"],
+        **{f"{n} grad norm = full's": abs(rows[n]["grad_norm"] / full["grad_norm"] - 1) <= tol
+           for n in ("ckpt", "fsdp1")},
+    }
+    for name, r in rows.items():
+        mem = (f", peak {r['peak_gpu_memory_gb']:.2f} GB" if "peak_gpu_memory_gb" in r else "")
+        print(f"learner {name:<5}: step {r['step_seconds']:.3f} s{mem}, trainable "
+              f"{r['trainable'] / 1e6:.2f} M, AdamW state {r['optimizer_bytes'] / 2**20:.1f} MB, "
+              f"grad norm {r['grad_norm']:.4f}", flush=True)
+    for check, ok in checks.items():
+        print(f"learner_scale check: {check}: {'ok' if ok else 'FAILED'}", flush=True)
+    return {"rows": rows, "checks": checks}
+
+
 async def update_latency(backend: HFBackend, vocab: int, new_tokens: int, device: str,
                          rounds: int = 3) -> dict[str, Any]:
     """Time ``update_weights`` landing while 8 generations are two decode steps in."""
@@ -276,6 +398,12 @@ async def run_all(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         res["learner"] = learner_throughput(learner, synthetic_rollouts(n, length, vocab),
                                             steps=3 if cuda else 2)
         del learner
+        res["learner_scale"] = learner_scale(path, args.device,
+                                             synthetic_rollouts(n, length, vocab),
+                                             steps=2 if cuda else 1)
+        if not all(res["learner_scale"]["checks"].values()):
+            res["errors"]["learner_scale"] = [c for c, ok in
+                                              res["learner_scale"]["checks"].items() if not ok]
         res["weight_update"] = await update_latency(backend, vocab, new_tokens, args.device)
     finally:
         await backend.aclose()

@@ -18,6 +18,13 @@ the batch (and bf16 timings when the CPU has native bf16: elsewhere it is
 tens of times slower and is not timed).
 
 Run: .venv/bin/python benchmarks/learner.py --rollouts 64 --length 128 --repeats 5
+
+``--scale`` measures the learner at scale instead (``benchmarks/learner_scale.py``):
+full fine-tuning vs LoRA vs gradient checkpointing vs 2 FSDP ranks on
+SmolLM2-135M (``--model``: a checkpoint directory, or ``smollm2``), each row's
+step time and peak memory per rank against the memory estimate:
+
+    .venv/bin/python benchmarks/learner.py --scale --model smollm2 --tokens 4096 --steps 2
 """
 
 from __future__ import annotations
@@ -93,7 +100,16 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--hidden", type=int, default=256, help="tiny model width (256: ~4M params)")
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--scale", action="store_true", help="the rows of learner_scale.py instead")
+    ap.add_argument("--model", default="smollm2", help="--scale: checkpoint dir or smollm2")
+    ap.add_argument("--tokens", type=int, default=4096, help="--scale: tokens per micro-batch")
+    ap.add_argument("--steps", type=int, default=2, help="--scale: learner steps per row")
+    ap.add_argument("--rows", nargs="+", default=["full", "lora", "ckpt", "fsdp2"])
+    ap.add_argument("--json", help="--scale: also write the results to this file")
     args = ap.parse_args()
+    if args.scale:
+        scale(args)
+        return
     torch.manual_seed(0)
     path = tiny_model(tempfile.mkdtemp() + "/model", hidden_size=args.hidden,
                       num_layers=args.layers)
@@ -142,6 +158,23 @@ def main() -> None:
           f"max {worst:.4f}, mean {mean:.5f}")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {rss_mb:.0f} MB")
+
+
+def scale(args: argparse.Namespace) -> None:
+    """``--scale``: the rows of ``benchmarks/learner_scale.py`` in one run."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from learner_scale import run
+
+    from sao_gym.models import smollm2
+
+    model = smollm2(tempfile.mkdtemp() + "/smollm2") if args.model == "smollm2" else args.model
+    result = run(model, args.tokens, args.steps, args.rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

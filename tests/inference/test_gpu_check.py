@@ -23,6 +23,10 @@ def test_gpu_check_cpu(tmp_path):
     assert res["logprob_agreement"]["max_abs_diff"] < 1e-3  # float32 on cpu
     assert res["learner_logprob_agreement"]["max_abs_diff"] < 1e-3
     assert res["learner"]["device"] == "cpu" and res["learner"]["tokens_per_s"] > 0
+    scale = res["learner_scale"]
+    assert set(scale["rows"]) == {"full", "lora", "ckpt", "fsdp1"}
+    assert all(scale["checks"].values()), scale["checks"]
+    assert scale["rows"]["lora"]["trainable"] * 10 < scale["rows"]["full"]["trainable"]
     upd = res["weight_update"]
     assert upd["median_seconds"] > 0
     assert upd["rounds"][0]["versions_seen"] == [0, 1]
