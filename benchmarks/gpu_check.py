@@ -19,12 +19,13 @@ Prints one line per measurement; ``--out`` also writes every number as JSON:
    generations run (median of 3), and whether they saw both versions;
 5. ``learner_scale``: the same SAO learner and rollouts as 3, per row: full
    fine-tuning (bf16 autocast on cuda), LoRA rank 8, gradient checkpointing,
-   and FSDP2 on one rank (NCCL on cuda, gloo on cpu; bf16 through FSDP's
-   ``MixedPrecisionPolicy``): median step seconds, peak GPU memory (cuda),
-   trainable parameters and AdamW state bytes, the first step's policy
-   gradient norm; checks that every row trains (finite, weights moved), that
-   LoRA's AdamW state is under 1/20 of full's, and that checkpointing and FSDP
-   give full's gradient norm (within 1e-3 relative in fp32, 5e-2 in bf16);
+   FSDP2 on one rank (NCCL on cuda, gloo on cpu; bf16 through FSDP's
+   ``MixedPrecisionPolicy``), and on cuda FSDP2 with ``cpu_offload``: median
+   step seconds, peak GPU memory (cuda), trainable parameters and AdamW state
+   bytes, the first step's policy gradient norm; checks that every row trains
+   (finite, weights moved), that LoRA's AdamW state is under 1/20 of full's,
+   and that checkpointing and FSDP give full's gradient norm (within 1e-3
+   relative in fp32, 5e-2 in bf16);
 6. ``vllm``: decode tokens/s with VLLMBackend when vLLM imports (cuda only).
 Exits 2 without a GPU under ``--device cuda``, 1 when a measurement failed.
 """
@@ -211,6 +212,7 @@ SCALE_ROWS = {
     "lora": {"lora": 8},
     "ckpt": {"gradient_checkpointing": True},
     "fsdp1": {"engine": "fsdp"},
+    "fsdp1_offload": {"engine": "fsdp", "cpu_offload": True, "cuda_only": True},
 }
 
 
@@ -243,7 +245,8 @@ def scale_row(name: str, path: str, device: str, rollouts: list[Rollout], steps:
                             autocast="bfloat16" if cuda else None,
                             engine=spec.get("engine", "local"),
                             lora=LoraSettings(rank=spec["lora"]) if "lora" in spec else None,
-                            gradient_checkpointing=spec.get("gradient_checkpointing", False))
+                            gradient_checkpointing=spec.get("gradient_checkpointing", False),
+                            cpu_offload=spec.get("cpu_offload", False))
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         learner = build_learner("sao", path, cfg, total_steps=10, temperature=1.0)
@@ -300,14 +303,15 @@ def own_logprobs(path: str, rollouts: list[Rollout]) -> list[Rollout]:
 def learner_scale(path: str, device: str, rollouts: list[Rollout], steps: int) -> dict:
     """Every row of ``SCALE_ROWS`` and the checks between them (docstring item 5)."""
     rollouts = own_logprobs(path, rollouts)
-    rows = {name: scale_row(name, path, device, rollouts, steps) for name in SCALE_ROWS}
+    rows = {name: scale_row(name, path, device, rollouts, steps)
+            for name, spec in SCALE_ROWS.items() if device == "cuda" or not spec.get("cuda_only")}
     full, tol = rows["full"], 5e-2 if device == "cuda" else 1e-3
     checks = {
         "every row trains": all(r["finite"] and r["weights_moved"] > 0 for r in rows.values()),
         "lora optimizer <= 1/20 of full": rows["lora"]["optimizer_bytes"] * 20
         <= full["optimizer_bytes"],
         **{f"{n} grad norm = full's": abs(rows[n]["grad_norm"] / full["grad_norm"] - 1) <= tol
-           for n in ("ckpt", "fsdp1")},
+           for n in ("ckpt", "fsdp1", "fsdp1_offload") if n in rows},
     }
     for name, r in rows.items():
         mem = (f", peak {r['peak_gpu_memory_gb']:.2f} GB" if "peak_gpu_memory_gb" in r else "")

@@ -147,6 +147,10 @@ class LearnerConfig:
     """Learner processes (``fsdp``): gloo on the CPU, NCCL on GPUs."""
     lora: LoraSettings | None = None
     """Low-rank adapters instead of full fine-tuning (:class:`LoraSettings`; null: off)."""
+    cpu_offload: bool = False
+    """``engine: fsdp`` on GPUs: keep each rank's shards of parameters, gradients and
+    AdamW state in host memory (FSDP2's ``CPUOffloadPolicy``; the optimizer steps on
+    the CPU). Frees GPU memory for activations at the cost of host transfers."""
     gradient_checkpointing: bool = False
     """Recompute each decoder layer's activations in the backward pass instead of
     keeping them (transformers' mechanism, non-reentrant): less memory for long
@@ -172,6 +176,9 @@ class LearnerConfig:
             raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
         if self.ranks < 1 or (self.engine == "local" and self.ranks != 1):
             raise ValueError(f"ranks must be >= 1, and 1 for engine local; got {self.ranks}")
+        if self.cpu_offload and (self.engine != "fsdp" or self.device != "cuda"):
+            raise ValueError("cpu_offload needs engine fsdp on device cuda (it moves GPU "
+                             "shards to the host)")
         if self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}")
         if self.lr_schedule not in LR_SCHEDULES:

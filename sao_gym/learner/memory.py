@@ -192,4 +192,47 @@ def learner_memory(config: Any, *, engine: str = "local", ranks: int = 1,
                           activations=activations, critic=critic_bytes)
 
 
-__all__ = ["ALLOCATOR_SLACK", "GIB", "MemoryEstimate", "Shape", "learner_memory"]
+QWEN25 = {
+    "0.5B": dict(hidden_size=896, num_hidden_layers=24, intermediate_size=4864,
+                 vocab_size=151936, num_attention_heads=14, num_key_value_heads=2,
+                 tie_word_embeddings=True, model_type="qwen2"),
+    "1.5B": dict(hidden_size=1536, num_hidden_layers=28, intermediate_size=8960,
+                 vocab_size=151936, num_attention_heads=12, num_key_value_heads=2,
+                 tie_word_embeddings=True, model_type="qwen2"),
+    "7B": dict(hidden_size=3584, num_hidden_layers=28, intermediate_size=18944,
+               vocab_size=152064, num_attention_heads=28, num_key_value_heads=4,
+               tie_word_embeddings=False, model_type="qwen2"),
+    "32B": dict(hidden_size=5120, num_hidden_layers=64, intermediate_size=27648,
+                vocab_size=152064, num_attention_heads=40, num_key_value_heads=8,
+                tie_word_embeddings=False, model_type="qwen2"),
+}
+"""The shapes of Qwen2.5 models (their configs' fields), for the table in docs/scale.md."""
+
+
+def table(gpu_gib: float = 80.0, tokens: int = 8192) -> str:
+    """The markdown table of docs/scale.md: SAO (policy and critic) per rank on 1 and 8 GPUs.
+
+    fp32 master weights and AdamW, bf16 activations, ``tokens``-token micro-batches.
+    """
+    setups = [("full", {}), ("full + ckpt", {"gradient_checkpointing": True}),
+              ("LoRA r16 + ckpt", {"lora_rank": 16, "critic_lora": True,
+                                   "gradient_checkpointing": True})]
+    lines = [f"| model | setup | 1 GPU: GiB (fits {gpu_gib:.0f}?) | 8 FSDP ranks: GiB per rank "
+             "(fits?) |", "|---|---|---|---|"]
+    for name, config in QWEN25.items():
+        for label, kw in setups:
+            cells = []
+            for ranks in (1, 8):
+                est = learner_memory(config, engine="local" if ranks == 1 else "fsdp",
+                                     ranks=ranks, microbatch_tokens=tokens, compute_bytes=2, **kw)
+                cells.append(f"{est.total / GIB:.1f} ({'yes' if est.fits(gpu_gib) else 'no'})")
+            lines.append(f"| {name} | {label} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+__all__ = ["ALLOCATOR_SLACK", "GIB", "QWEN25", "MemoryEstimate", "Shape", "learner_memory",
+           "table"]
+
+
+if __name__ == "__main__":
+    print(table())

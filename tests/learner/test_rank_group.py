@@ -29,3 +29,14 @@ def test_every_engine_name_the_config_accepts_has_a_builder():
     from sao_gym.learner.engine import ENGINES
 
     assert set(ENGINES) == set(config.ENGINES)
+
+
+def test_engine_settings_that_cannot_work_are_refused():
+    from sao_gym.learner.config import LearnerConfig
+
+    with pytest.raises(ValueError, match="1 for engine local"):
+        LearnerConfig(ranks=2)
+    for bad in ({}, {"engine": "fsdp", "ranks": 2}):  # local engine; fsdp on the CPU
+        with pytest.raises(ValueError, match="cpu_offload needs engine fsdp on device cuda"):
+            LearnerConfig(cpu_offload=True, **bad)
+    assert LearnerConfig(engine="fsdp", ranks=2, device="cuda", cpu_offload=True).cpu_offload

@@ -156,7 +156,7 @@ def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
     return FSDPEngine(_prepare(model, config, lora), group, lr=lr,
                       weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
                       mixed_precision=config.autocast, device=group.device,
-                      lora_scaling=lora.scaling if lora else None)
+                      lora_scaling=lora.scaling if lora else None, offload=config.cpu_offload)
 
 
 def rank_device(device: str) -> str:

@@ -62,16 +62,20 @@ class FSDPEngine(ModelEngine):
         device: this rank's device (``cpu``, ``cuda:R``).
         lora_scaling: as :class:`~sao_gym.learner.engine.local.LocalEngine`'s
             (the adapters alone are gathered for :meth:`weights`).
+        offload: keep the shards (parameters, gradients, AdamW state) in host
+            memory, FSDP2's ``CPUOffloadPolicy`` (GPUs).
 
     """
 
     def __init__(self, module: torch.nn.Module, group: TorchRankGroup, *, lr: float,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
                  mixed_precision: str | None = None, device: str | torch.device = "cpu",
-                 lora_scaling: float | None = None):
+                 lora_scaling: float | None = None, offload: bool = False):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import (
+            CPUOffloadPolicy,
             MixedPrecisionPolicy,
+            OffloadPolicy,
             fully_shard,
             register_fsdp_forward_method,
         )
@@ -84,9 +88,10 @@ class FSDPEngine(ModelEngine):
         policy = (MixedPrecisionPolicy(param_dtype=getattr(torch, mixed_precision),
                                        reduce_dtype=torch.float32)
                   if mixed_precision else MixedPrecisionPolicy())
+        where = CPUOffloadPolicy() if offload else OffloadPolicy()
         for unit in shard_units(module):
-            fully_shard(unit, mesh=mesh, mp_policy=policy)
-        fully_shard(module, mesh=mesh, mp_policy=policy)
+            fully_shard(unit, mesh=mesh, mp_policy=policy, offload_policy=where)
+        fully_shard(module, mesh=mesh, mp_policy=policy, offload_policy=where)
         for name in FORWARD_METHODS:
             if callable(getattr(module, name, None)):
                 register_fsdp_forward_method(module, name)
