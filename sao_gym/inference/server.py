@@ -189,7 +189,6 @@ class _Server:
         return web.json_response({"is_paused": not self.running.is_set()})
 
     async def collective_rpc(self, request: web.Request) -> web.Response:
-        from sao_gym.inference.weights import load_weights_dir
 
         try:
             body = await request.json()
@@ -200,17 +199,23 @@ class _Server:
         path = (body.get("kwargs") or {}).get("weights_path")
         if not isinstance(path, str):
             return _error(400, "reload_weights needs kwargs.weights_path (a weights directory)")
+        return await self._stage(path, "weights") or web.json_response({"results": [None]})
+
+    async def _stage(self, path: str, what: str) -> web.Response | None:
+        """Read the weights directory ``path`` for the next version update; an error or None."""
+        from sao_gym.inference.weights import load_weights_dir
+
         try:
             weights = await asyncio.to_thread(load_weights_dir, path)
         except (OSError, ValueError) as e:
-            return _error(400, f"cannot read weights from {path}: {e}")
+            return _error(400, f"cannot read {what} from {path}: {e}")
         async with self.lock:
             self.staged = weights
-        return web.json_response({"results": [None]})
+        return None
 
     async def load_lora_adapter(self, request: web.Request) -> web.Response:
         """Stage a LoRA adapter directory; the next version update merges it in."""
-        from sao_gym.inference.weights import is_adapter, load_weights_dir
+        from sao_gym.inference.weights import is_adapter
 
         try:
             body = await request.json()
@@ -225,13 +230,10 @@ class _Server:
                           "one adapter at a time (load_inplace replaces it)")
         if not is_adapter(path):
             return _error(400, f"{path} is not a LoRA adapter directory (adapter_config.json)")
-        try:
-            weights = await asyncio.to_thread(load_weights_dir, path)
-        except (OSError, ValueError) as e:
-            return _error(400, f"cannot read the adapter from {path}: {e}")
-        async with self.lock:
-            self.staged = weights
-            self.adapters = (name,)
+        failed = await self._stage(path, "the adapter")
+        if failed is not None:
+            return failed
+        self.adapters = (name,)
         return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
 
     async def update_weight_version(self, request: web.Request) -> web.Response:

@@ -339,3 +339,42 @@ async def test_weights_that_do_not_fit_are_a_400_and_leave_the_model_alone(serve
     assert "do not fit" in (await resp.json())["error"]["message"]
     assert backend.policy_version == 0
     assert torch.equal(backend.model.state_dict()["model.norm.weight"], norm)
+
+
+async def test_a_lora_adapter_is_merged_into_the_base_weights_each_time(serve, tiny_model_path,
+                                                                        tmp_path):
+    """``/v1/load_lora_adapter``: the adapter alone arrives; each new one replaces the last
+    (merged into the weights the model had before the first), not added on top."""
+    import torch
+
+    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.weights import save_adapter_dir
+
+    backend = HFBackend(tiny_model_path, seed=0)
+    base = backend.model.state_dict()["model.layers.0.self_attn.q_proj.weight"].clone()
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(4, base.shape[1], generator=g)
+    b = torch.randn(base.shape[0], 4, generator=g) * 0.1
+    name = "model.layers.0.self_attn.q_proj"
+    for version, scale in ((1, 1.0), (2, 2.0)):
+        save_adapter_dir({f"{name}.lora_A.weight": a, f"{name}.lora_B.weight": b * scale},
+                         tmp_path / f"v{version}")
+    client = await serve(backend, max_model_len=4096)
+    resp = await client.post("/v1/load_lora_adapter", json={"lora_name": "x"})
+    assert resp.status == 400 and "lora_path" in (await resp.json())["error"]["message"]
+    resp = await client.post("/v1/load_lora_adapter", json={"lora_name": "x",
+                                                            "lora_path": str(tmp_path)})
+    assert resp.status == 400 and "not a LoRA adapter" in (await resp.json())["error"]["message"]
+    resp = await client.post("/v1/completions", json=body(model="pol"))
+    assert resp.status == 400  # no adapter of that name yet
+    for version in (1, 2):
+        resp = await client.post("/v1/load_lora_adapter", json={
+            "lora_name": "pol", "lora_path": str(tmp_path / f"v{version}"),
+            "load_inplace": True})
+        assert resp.status == 200, await resp.text()
+        resp = await client.post("/update_weight_version", json={"new_version": str(version)})
+        assert resp.status == 200, await resp.text()
+        served = backend.model.state_dict()[f"{name}.weight"]
+        assert torch.allclose(served, base + version * (b @ a), atol=1e-6)
+    resp = await client.post("/v1/completions", json=body(model="pol"))
+    assert resp.status == 200  # requests may name the adapter
