@@ -120,6 +120,10 @@ def split_minibatches(num_rollouts: int, parts: int) -> list[list[int]]:
     return out
 
 
+ENTROPY_CHUNK = 512
+"""Positions whose entropy is computed together (bounds its temporaries)."""
+
+
 def _tempered(logits_NV: torch.Tensor, temperature: float) -> torch.Tensor:
     # As sao_gym.inference.sampling.sample_next: log_softmax(logits / T).
     logits_NV = logits_NV.float()
@@ -136,17 +140,19 @@ def token_logprobs(logits_BKV: torch.Tensor, input_ids_BT: torch.Tensor,
     ``p_T = softmax(logits / temperature)``: the distribution the sampler drew
     from at that temperature (no top-p), so the result is comparable with the
     sampler's recorded logprobs.
+
+    Computed as ``logit[token] - logsumexp(logits)``: the backward pass keeps
+    the logits it already has, no log-softmax copy of them (a ``[K, vocab]``
+    tensor per micro-batch row).
     """
     B, K, V = logits_BKV.shape
     T = input_ids_BT.shape[1]
     if start + K != T:
         raise ValueError(f"logits cover positions {start}..{start + K - 1}, "
                          f"the tokens 0..{T - 1}")
-    nll = F.cross_entropy(
-        _tempered(logits_BKV[:, :-1].reshape(-1, V), temperature),
-        input_ids_BT[:, start + 1:].reshape(-1), reduction="none",
-    )
-    return F.pad(-nll.view(B, K - 1), (start + 1, 0))
+    x = _tempered(logits_BKV[:, :-1], temperature)
+    picked = x.gather(-1, input_ids_BT[:, start + 1:, None]).squeeze(-1)
+    return F.pad(picked - torch.logsumexp(x, dim=-1), (start + 1, 0))
 
 
 @torch.no_grad()
@@ -157,11 +163,15 @@ def mean_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
     ``logits_BKV`` as in :func:`token_logprobs` (positions ``start .. T-1``).
     """
     sel = mask_BT[:, start + 1:] > 0
-    logits_NV = logits_BKV[:, :-1][sel]
-    if logits_NV.numel() == 0:
+    rows = sel.nonzero()
+    if not len(rows):
         return logits_BKV.new_zeros(())
-    logp_NV = torch.log_softmax(_tempered(logits_NV, temperature), dim=-1)
-    return -(logp_NV.exp() * logp_NV).sum(-1).mean()
+    total = logits_BKV.new_zeros((), dtype=torch.float32)
+    for chunk in rows.split(ENTROPY_CHUNK):  # a few [chunk, vocab] temporaries at a time
+        logp_NV = torch.log_softmax(_tempered(logits_BKV[chunk[:, 0], chunk[:, 1]],
+                                              temperature), dim=-1)
+        total += -(logp_NV.exp() * logp_NV).sum()
+    return total / len(rows)
 
 
 def first_scored_position(mb: MicroBatch) -> int:
