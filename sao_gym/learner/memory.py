@@ -20,10 +20,10 @@ Hugging Face config, or a dict with its fields):
   a one-unit head: its own state, and activations when it trains (the
   learner trains the two one after the other, so the larger peak counts).
 
-The numbers are those of the tensors; the process adds its allocator's
-slack, measured in ``benchmarks/learner.py --scale`` (docs/scale.md, "What
-fits where": the estimate is within 25% of every measured row) as
-``ALLOCATOR_SLACK``. Time is not estimated.
+The numbers are those of the tensors counted above. Measured against
+``benchmarks/learner.py --scale`` on SmolLM2-135M (docs/benchmarks.md, "The
+learner at scale") the estimate is 10% to 47% under the peak resident
+memory: read it as a lower bound (docs/scale.md). Time is not estimated.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from sao_gym.learner.config import LORA_TARGETS
 GIB = 2**30
 
 ALLOCATOR_SLACK = 1.0
-"""Peak resident memory over the sum of live tensors (glibc/torch allocator), measured."""
+"""Factor from live tensors to resident memory (not fitted: 1; see the module docs)."""
 
 
 @dataclass(frozen=True)
