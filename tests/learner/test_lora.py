@@ -33,7 +33,7 @@ def _randomise_adapters(model: torch.nn.Module, seed: int = 0) -> None:
 
 def test_merged_weights_equal_peft_merge_and_adapters_fold_the_scaling(tiny_model_path):
     from sao_gym.inference.weights import merge_adapter
-    from sao_gym.learner.lora import add_lora, adapter_weights, merged_weights
+    from sao_gym.learner.lora import adapter_weights, add_lora, merged_weights
 
     model = add_lora(load_policy(tiny_model_path)[0], LORA)
     _randomise_adapters(model)
