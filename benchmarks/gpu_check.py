@@ -226,13 +226,16 @@ def _one_rank_group(device: str) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    os.environ["LOCAL_RANK"] = "0"
+    if device == "cuda":  # rank_device reads it; on the CPU it would only leak to children
+        os.environ["LOCAL_RANK"] = "0"
     dist.init_process_group("nccl" if device == "cuda" else "gloo",
                             init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
 
 
 def scale_row(name: str, path: str, device: str, rollouts: list[Rollout], steps: int) -> dict:
     """One learner configuration of ``SCALE_ROWS`` trained ``1 + steps`` steps; its numbers."""
+    import os
+
     import torch.distributed as dist
 
     from sao_gym.learner.config import LoraSettings
@@ -283,6 +286,7 @@ def scale_row(name: str, path: str, device: str, rollouts: list[Rollout], steps:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        os.environ.pop("LOCAL_RANK", None)
 
 
 def own_logprobs(path: str, rollouts: list[Rollout]) -> list[Rollout]:

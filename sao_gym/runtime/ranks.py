@@ -52,7 +52,8 @@ def join_ranks(rank: int, world: int, address: str, device: str, timeout_s: floa
     """
     import torch.distributed as dist
 
-    os.environ["LOCAL_RANK"] = str(rank if local_rank is None else local_rank)
+    if device == "cuda":  # which GPU is this rank's (rank_device); the CPU needs none
+        os.environ["LOCAL_RANK"] = str(rank if local_rank is None else local_rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo",
                             init_method=f"tcp://{address}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout_s))
