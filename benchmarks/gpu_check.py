@@ -177,7 +177,7 @@ def learner_agreement(learner: Learner, prompts: list[list[int]],
     for mb in micro_batches(rollouts, 1 << 16, learner.pad_id):
         mb = learner.policy_engine.to_device(mb)
         with torch.no_grad():
-            lp = learner.score(mb)[1].double()
+            lp = learner.score(mb)[0].double()
         diffs.append((lp - mb.rollout_logprobs_BT.double())[mb.action_mask_BT > 0].cpu())
     cfg = learner.config
     name = f"sampler vs learner ({cfg.dtype}, autocast {cfg.autocast})"

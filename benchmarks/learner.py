@@ -85,7 +85,7 @@ def bf16_logprob_error(path: str, rollouts: list[Rollout]) -> tuple[float, float
     with torch.no_grad():
         for mb in micro_batches(rollouts, 4096):
             mask = mb.action_mask_BT > 0
-            a, b = fp32.score(mb)[1], bf16.score(mb)[1]
+            a, b = fp32.score(mb)[0], bf16.score(mb)[0]
             errs.append((a - b)[mask].abs())
     err = torch.cat(errs)
     return float(err.max()), float(err.mean())

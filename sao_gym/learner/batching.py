@@ -156,22 +156,32 @@ def token_logprobs(logits_BKV: torch.Tensor, input_ids_BT: torch.Tensor,
 
 
 @torch.no_grad()
-def mean_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
-                 temperature: float = 1.0, start: int = 0) -> torch.Tensor:
-    """Mean entropy of the (tempered) next-token distributions that produced the masked tokens.
+def token_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
+                  temperature: float = 1.0, start: int = 0) -> torch.Tensor:
+    """Entropy of the (tempered) next-token distribution that produced each masked token.
 
+    ``out[b, t]`` for ``mask_BT[b, t] > 0`` (0 elsewhere), ``[B, T]`` fp32;
     ``logits_BKV`` as in :func:`token_logprobs` (positions ``start .. T-1``).
     """
-    sel = mask_BT[:, start + 1:] > 0
-    rows = sel.nonzero()
-    if not len(rows):
-        return logits_BKV.new_zeros(())
-    total = logits_BKV.new_zeros((), dtype=torch.float32)
+    out = torch.zeros(mask_BT.shape, dtype=torch.float32, device=logits_BKV.device)
+    rows = (mask_BT[:, start + 1:] > 0).nonzero()
     for chunk in rows.split(ENTROPY_CHUNK):  # a few [chunk, vocab] temporaries at a time
         logp_NV = torch.log_softmax(_tempered(logits_BKV[chunk[:, 0], chunk[:, 1]],
                                               temperature), dim=-1)
-        total += -(logp_NV.exp() * logp_NV).sum()
-    return total / len(rows)
+        out[chunk[:, 0], chunk[:, 1] + start + 1] = -(logp_NV.exp() * logp_NV).sum(-1)
+    return out
+
+
+def masked_mean(x_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x_BT`` over ``mask_BT > 0`` (0 when nothing is masked in)."""
+    sel = mask_BT > 0
+    return x_BT[sel].mean() if bool(sel.any()) else x_BT.new_zeros(())
+
+
+def mean_entropy(logits_BKV: torch.Tensor, mask_BT: torch.Tensor,
+                 temperature: float = 1.0, start: int = 0) -> torch.Tensor:
+    """Mean of :func:`token_entropy` over the masked tokens."""
+    return masked_mean(token_entropy(logits_BKV, mask_BT, temperature, start), mask_BT)
 
 
 def first_scored_position(mb: MicroBatch) -> int:

@@ -60,9 +60,10 @@ from sao_gym.learner.algorithms import Algorithm, find_algorithm
 from sao_gym.learner.batching import (
     MicroBatch,
     first_scored_position,
-    mean_entropy,
+    masked_mean,
     micro_batches,
     split_minibatches,
+    token_entropy,
     token_logprobs,
 )
 from sao_gym.learner.config import LearnerConfig
@@ -398,21 +399,29 @@ class Learner:
         return [after[j] for j in range(len(mbs))], metrics
 
     # ----- the policy -----
-    def score(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(logits, logprobs [B, T], start)``: the policy's scores of a micro-batch.
+    def score(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs [B, T], entropy [B, T])``: the policy's scores of a micro-batch's actions.
 
-        On the policy's device (``mb`` is moved there), at the sampler's temperature.
-        Only the positions that score action tokens are kept (``logits_to_keep``,
-        where the model has it): the LM head and the softmax skip the prompt;
-        logprobs before ``start`` are 0.
+        On the policy's device (``mb`` is moved there), at the sampler's
+        temperature; the logprobs are differentiable, the entropies (of the
+        distributions the action tokens were drawn from) are not. Both are 0
+        off the action tokens. Through the model's ``score_tokens``
+        (:mod:`sao_gym.learner.head`: the LM head a chunk of action tokens at
+        a time) where it has one; else from its logits, of only the positions
+        that score action tokens where it takes ``logits_to_keep``.
         """
-        mb, start, keep = self.policy_engine.to_device(mb), 0, {}
-        if self.policy_engine.keeps_logits:
+        mb, engine = self.policy_engine.to_device(mb), self.policy_engine
+        if engine.scores_tokens:
+            return engine.forward(mb.input_ids_BT, mb.attention_mask_BT, mb.action_mask_BT,
+                                  self.temperature, method="score_tokens")
+        start, keep = 0, {}
+        if engine.keeps_logits:
             start = first_scored_position(mb)
             keep = {"logits_to_keep": mb.input_ids_BT.shape[1] - start}
-        logits = self.policy_engine.forward(input_ids=mb.input_ids_BT,
-                                            attention_mask=mb.attention_mask_BT, **keep).logits
-        return logits, token_logprobs(logits, mb.input_ids_BT, self.temperature, start), start
+        logits = engine.forward(input_ids=mb.input_ids_BT, attention_mask=mb.attention_mask_BT,
+                                **keep).logits
+        return (token_logprobs(logits, mb.input_ids_BT, self.temperature, start),
+                token_entropy(logits, mb.action_mask_BT, self.temperature, start))
 
     def _train_policy(self, rollouts: Sequence[Rollout],
                       advantages: Sequence[torch.Tensor]) -> dict[str, float]:
@@ -435,7 +444,7 @@ class Learner:
             # policy (None below); later parts need a pass before the first step.
             with torch.no_grad():
                 reference = [dict.fromkeys(reference[0])] + [
-                    {j: self.score(part[j])[1] for j, _ in mine}
+                    {j: self.score(part[j])[0] for j, _ in mine}
                     for part, mine in zip(parts[1:], shares[1:], strict=True)]
         m = _Metrics()
         part_losses, norms = [], []
@@ -446,7 +455,7 @@ class Learner:
             for j, w in mine:
                 mb, ref = part[j], part_reference[j]
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
-                logits, logprobs, start = self.score(mb)
+                logprobs, entropy_BT = self.score(mb)
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT, mb.action_mask_BT,
                                                 num_tokens=n_tok, num_seqs=n_seq)
@@ -458,8 +467,7 @@ class Learner:
                 m.add(losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT, mb.action_mask_BT,
                                               eps_low=self.band[0], eps_high=self.band[1]),
                       weight, "mismatch/")
-                m.add({"entropy": mean_entropy(logits, mb.action_mask_BT, self.temperature,
-                                               start)}, weight, "policy/")
+                m.add({"entropy": masked_mean(entropy_BT, mb.action_mask_BT)}, weight, "policy/")
             part_loss = group.sum([part_loss])[0]
             norms.append(self._step(self.policy_engine, finite=math.isfinite(part_loss)))
             part_losses.append(part_loss)

@@ -39,7 +39,8 @@ def run(rank: int, world: int, port: int, job: dict) -> None:
         critic = learner.critic_engine.weights() if learner.critic_engine else None
         if rank == 0:
             torch.save({"policy": policy, "critic": critic, "metrics": metrics,
-                        "version": learner.policy_version, "steps_done": learner.steps_done},
+                        "version": learner.policy_version, "steps_done": learner.steps_done,
+                        "scores_tokens": learner.policy_engine.scores_tokens},
                        job["out"])
     finally:
         dist.destroy_process_group()

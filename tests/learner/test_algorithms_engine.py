@@ -64,7 +64,7 @@ class TableEngine:
 
     def __init__(self, vocab: int):
         self.table = torch.zeros(vocab, requires_grad=True)
-        self.device, self.keeps_logits = torch.device("cpu"), False
+        self.device, self.keeps_logits, self.scores_tokens = torch.device("cpu"), False, False
         self.group = SINGLE
         self.lrs: list[float] = []
         self.steps = 0
@@ -170,7 +170,7 @@ def test_the_mismatch_metric_uses_the_configured_band(tiny_model_path):
                                  logprobs=off) for r in (0.0, 1.0)]
     (mb,) = micro_batches(rollouts, 1 << 16)
     with torch.no_grad():
-        logprobs = learner.score(mb)[1]
+        logprobs = learner.score(mb)[0]
     narrow = losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT, mb.action_mask_BT,
                                      eps_low=0.001, eps_high=0.001)
     default = losses.sampler_mismatch(logprobs, mb.rollout_logprobs_BT, mb.action_mask_BT)

@@ -125,6 +125,7 @@ def test_two_fsdp_ranks_train_like_one_device(algorithm, model_path, rollouts, t
     mp.spawn(run, args=(2, _free_port(), job), nprocs=2, join=True)
     two = torch.load(out, weights_only=False)
     assert two["version"] == one["version"] == STEPS * CONFIG.policy_minibatches
+    assert two["scores_tokens"]  # the chunked LM head, run as an FSDP forward method
     start = load_policy(model_path)[0].state_dict()
     moved = _max_diff(start, one["policy"])
     assert moved > 3e-4  # training moved the weights ...

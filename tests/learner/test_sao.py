@@ -119,7 +119,7 @@ def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
                                0.3 if dis else 0.2, 5.0 if dis else 0.28, use_sampler=dis)
     with torch.no_grad():  # the sampler mismatch the step reports, from its starting policy
         (mb,) = micro_batches(rollouts, 1 << 16, learner.pad_id)
-        mismatch = losses.sampler_mismatch(learner.score(mb)[1],
+        mismatch = losses.sampler_mismatch(learner.score(mb)[0],
                                            mb.rollout_logprobs_BT, mb.action_mask_BT,
                                            eps_low=learner.band[0], eps_high=learner.band[1])
     metrics = learner.update(rollouts)
@@ -562,7 +562,7 @@ def test_ppo_old_logprobs_cost_a_pass_only_after_the_first_step(tiny_model_path,
         lr=1e-2, policy_minibatches=parts), group_size=2)
     rollouts = [dataclasses.replace(r, reward=float(i % 2))  # every group has a signal
                 for i, r in enumerate(_batch(learner.policy, 4, group_size=2))]
-    calls = _count_forwards(learner.policy)
+    calls = _count_forwards(learner.policy.get_decoder())
     m = learner.update(rollouts)
     assert calls[0] == parts + extra  # every part fits one micro-batch
     if parts == 1:
@@ -584,12 +584,12 @@ def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, ca
     fp32 = build_learner("sao", tiny_model_path, LearnerConfig())
     rollouts = _batch(fp32.policy, 2, seed=9)
     mb = micro_batches(rollouts, 4096)[0]
-    logits, logprobs, _ = bf16.score(mb)
+    logprobs, _ = bf16.score(mb)
     after = bf16.critic_engine.forward(mb.input_ids_BT, mb.attention_mask_BT,
                                        method="values_after")
-    assert logits.dtype == torch.bfloat16 and after.dtype == torch.float32
+    assert logprobs.dtype == after.dtype == torch.float32
     mask = mb.action_mask_BT > 0
-    err = (logprobs - fp32.score(mb)[1])[mask].abs().detach()
+    err = (logprobs - fp32.score(mb)[0])[mask].abs().detach()
     assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
     assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
 
@@ -614,21 +614,38 @@ def test_shallow_critic_trains_saves_and_resumes(tiny_model_path, tmp_path):
         LearnerConfig(critic_layers=0)
 
 
-def test_policy_logits_skip_the_prompt_without_changing_the_update(tiny_model_path):
-    """``logits_to_keep`` from the earliest scored position: same step as full logits."""
+def test_policy_scoring_paths_give_the_same_update(tiny_model_path):
+    """The chunked LM head, ``logits_to_keep`` and full logits: same scores, same step."""
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0)
-    kept, full = (build_learner("sao", tiny_model_path, cfg) for _ in range(2))
+    head, kept, full = (build_learner("sao", tiny_model_path, cfg) for _ in range(3))
+    assert head.policy_engine.scores_tokens  # Qwen2 passes the head check
+    kept.policy_engine.scores_tokens = full.policy_engine.scores_tokens = False
     full.policy_engine.keeps_logits = False
     assert kept.policy_engine.keeps_logits  # Qwen2 has logits_to_keep
     rollouts = _batch(kept.policy, 6, seed=4)
     (mb,) = micro_batches(rollouts, 1 << 16, kept.pad_id)
-    logits, _, start = kept.score(mb)
-    first_action = min(r.loss_mask.index(1) for r in rollouts)
-    assert start == first_action - 1 > 0
-    assert logits.shape[1] == mb.input_ids_BT.shape[1] - start
-    m_kept, m_full = kept.update(rollouts), full.update(rollouts)
-    for key in ("loss/policy", "policy/entropy", "mismatch/approx_kl", "loss/value"):
-        assert m_kept[key] == pytest.approx(m_full[key], rel=1e-5, abs=1e-7), key
-    for (name, a), b in zip(kept.policy.named_parameters(), full.policy.parameters(),
-                            strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    with torch.no_grad():
+        scores = [learner.score(mb) for learner in (head, kept, full)]
+    off_action = mb.action_mask_BT == 0
+    for logprobs, entropy in scores:
+        assert logprobs.shape == entropy.shape == mb.input_ids_BT.shape
+        assert not entropy[off_action].any() and (entropy[~off_action] > 0).all()
+        torch.testing.assert_close(logprobs * mb.action_mask_BT,
+                                   scores[2][0] * mb.action_mask_BT, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy, scores[2][1], rtol=1e-5, atol=1e-5)
+    grads = []
+    for learner in (head, kept, full):  # the policy's gradients as its optimizer sees them
+        opt, seen = learner.policy_engine.optimizer, {}
+        grads.append(seen)
+        step = opt.step
+        opt.step = lambda *a, _s=step, _seen=seen, _m=learner.policy, **k: (
+            _seen.update((n, p.grad.clone()) for n, p in _m.named_parameters()), _s(*a, **k))[1]
+    metrics = [learner.update(rollouts) for learner in (head, kept, full)]
+    for key in ("loss/policy", "policy/entropy", "mismatch/approx_kl", "loss/value",
+                "policy/grad_norm"):
+        for m in metrics[:2]:
+            assert m[key] == pytest.approx(metrics[2][key], rel=1e-5, abs=1e-7), key
+    assert grads[2] and grads[0].keys() == grads[2].keys()
+    for seen in grads[:2]:
+        for name, g in grads[2].items():
+            torch.testing.assert_close(seen[name], g, rtol=1e-4, atol=1e-7, msg=name)

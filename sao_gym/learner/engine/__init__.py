@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from sao_gym.learner import head
 from sao_gym.learner.batching import MicroBatch
 from sao_gym.learner.engine.group import SINGLE, RankGroup, TorchRankGroup
 from sao_gym.learner.engine.local import LocalEngine
@@ -46,6 +47,8 @@ class Engine(Protocol):
     """Where the model's forward pass and the loss run."""
     keeps_logits: bool
     """The model's forward takes ``logits_to_keep`` (scores only the last positions)."""
+    scores_tokens: bool
+    """The model has a ``score_tokens`` method (:mod:`sao_gym.learner.head`)."""
     group: RankGroup
     """The processes that train this model together (one: :data:`SINGLE`)."""
 
@@ -123,6 +126,8 @@ def _prepare(model: torch.nn.Module, config: LearnerConfig, lora: LoraSettings |
     if config.gradient_checkpointing and not checkpoint_activations(model):
         raise ValueError(f"gradient_checkpointing: {type(model).__name__} holds no transformers "
                          "model to checkpoint")
+    if not hasattr(model, "values_after"):  # a policy: score its tokens chunk by chunk
+        head.install(model)
     return model
 
 

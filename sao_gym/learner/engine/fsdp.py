@@ -31,7 +31,7 @@ import torch
 from sao_gym.learner.engine.group import TorchRankGroup
 from sao_gym.learner.engine.local import ModelEngine
 
-FORWARD_METHODS = ("values_after",)
+FORWARD_METHODS = ("values_after", "score_tokens")
 """Methods besides ``forward`` that run the model (registered with FSDP)."""
 
 
@@ -84,6 +84,7 @@ class FSDPEngine(ModelEngine):
         self.lora_scaling = lora_scaling
         self.max_grad_norm = max_grad_norm
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+        self.scores_tokens = callable(getattr(module, "score_tokens", None))
         mesh = init_device_mesh(self.device.type, (group.size,))
         policy = (MixedPrecisionPolicy(param_dtype=getattr(torch, mixed_precision),
                                        reduce_dtype=torch.float32)
@@ -111,6 +112,7 @@ class FSDPEngine(ModelEngine):
         the loss is scaled back up by it.
         """
         (loss * self.group.size).backward()
+        self.release_host_memory()
 
     def clip(self) -> float:
         """Clip by the global gradient norm (over every rank's shards); that norm."""

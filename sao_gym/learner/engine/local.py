@@ -18,6 +18,7 @@ import torch
 
 from sao_gym.learner.batching import MicroBatch
 from sao_gym.learner.engine.group import SINGLE
+from sao_gym.learner.engine.host_memory import release_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +130,13 @@ class ModelEngine:
             logger.warning("non-finite %s; optimizer step skipped",
                            "loss" if not finite else f"gradient norm ({norm})")
         self.optimizer.zero_grad(set_to_none=True)
+        self.release_host_memory()
         return norm, stepped
+
+    def release_host_memory(self) -> None:
+        """On the CPU, hand the memory a pass freed back to the OS (:mod:`.host_memory`)."""
+        if self.device.type == "cpu":
+            release_freed_memory()
 
 
 class LocalEngine(ModelEngine):
@@ -160,6 +167,7 @@ class LocalEngine(ModelEngine):
         params = [p for p in module.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
+        self.scores_tokens = callable(getattr(module, "score_tokens", None))
         self.group = SINGLE
 
     def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
@@ -177,6 +185,7 @@ class LocalEngine(ModelEngine):
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate ``loss``'s gradients into the parameters."""
         loss.backward()
+        self.release_host_memory()
 
     def clip(self) -> float:
         """Clip the gradients to ``max_grad_norm``; their norm before clipping."""
