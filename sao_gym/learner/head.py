@@ -40,7 +40,7 @@ def chunk_rows(vocab: int, budget: int = LOGIT_BUDGET) -> int:
 
 
 class _ChunkedHead(torch.autograd.Function):
-    """``(logprobs [N], entropy [N])`` of ``targets`` under ``softmax((h W^T + b) / temperature)``."""
+    """``(logprobs [N], entropy [N])`` of ``targets`` under ``softmax((h W^T + b) / temp)``."""
 
     @staticmethod
     def forward(ctx: Any, hidden_NH: torch.Tensor, weight_VH: torch.Tensor,
