@@ -14,16 +14,18 @@ Hugging Face config, or a dict with its fields):
   q/k/v/attention-output projections and rotary copies, the SDPA output and
   its statistics, the MLP's gate, up, activation and product), with
   gradient checkpointing only each layer's input plus one layer recomputed;
-  and the logits of the scored positions with their log-softmax and
-  gradient (``vocab`` floats each);
+  the LM head's working set (:mod:`sao_gym.learner.head`: a chunk of at
+  most ``LOGIT_BUDGET`` fp32 logits, its softmax and its gradient, never the
+  whole ``T x vocab``); and the backward pass's widest gradients;
 - **the critic** (``critic=True``), a second backbone of the same shape with
   a one-unit head: its own state, and activations when it trains (the
   learner trains the two one after the other, so the larger peak counts).
 
-The numbers are those of the tensors counted above. Measured against
-``benchmarks/learner.py --scale`` on SmolLM2-135M (docs/benchmarks.md, "The
-learner at scale") the estimate is 10% to 47% under the peak resident
-memory: read it as a lower bound (docs/scale.md). Time is not estimated.
+The numbers are those of the tensors counted above (``ALLOCATOR_SLACK`` is
+1: nothing is fitted). Measured against ``benchmarks/learner.py --scale`` on
+SmolLM2-135M (docs/benchmarks.md, "The learner at scale"), the peak resident
+memory of a CPU process also holds what glibc's allocator keeps of freed
+blocks; docs/scale.md gives the measured error. Time is not estimated.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from sao_gym.learner.config import LORA_TARGETS
+from sao_gym.learner.head import chunk_rows
 
 GIB = 2**30
 
 ALLOCATOR_SLACK = 1.0
 """Factor from live tensors to resident memory (not fitted: 1; see the module docs)."""
+
+HEAD_CHUNKS = 3
+"""Chunks of logits the LM head holds at once: the logits, their softmax, its gradient."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +186,8 @@ def learner_memory(config: Any, *, engine: str = "local", ranks: int = 1,
     per_layer = s.activations_per_token() * T * act
     layers = (s.layers * s.hidden * T * act + per_layer if gradient_checkpointing
               else s.layers * per_layer)
-    logits = 3 * T * s.vocab * 4  # logits, log-softmax, their gradient (fp32)
-    activations = layers + logits + 2 * per_layer  # + the backward's widest gradients
+    head = HEAD_CHUNKS * min(T, chunk_rows(s.vocab)) * s.vocab * 4  # fp32 logits chunks
+    activations = layers + head + 2 * per_layer  # + the backward's widest gradients
     critic_bytes = 0
     if critic:
         c_train = (s.lora_parameters(lora_rank, lora_targets) if critic_lora and lora_rank
@@ -230,8 +236,8 @@ def table(gpu_gib: float = 80.0, tokens: int = 8192) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["ALLOCATOR_SLACK", "GIB", "QWEN25", "MemoryEstimate", "Shape", "learner_memory",
-           "table"]
+__all__ = ["ALLOCATOR_SLACK", "GIB", "HEAD_CHUNKS", "QWEN25", "MemoryEstimate", "Shape",
+           "learner_memory", "table"]
 
 
 if __name__ == "__main__":

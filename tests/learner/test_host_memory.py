@@ -61,11 +61,36 @@ def test_cpu_engine_releases_after_backward_and_step(monkeypatch):
     model = torch.nn.Linear(4, 1)
     engine = LocalEngine(model, lr=0.1)
     engine.backward(model(torch.ones(2, 4)).sum())
-    assert len(calls) == 1
+    assert len(calls) == 2  # before (what the forward freed) and after
     weight = model.weight.detach().clone()
     norm, stepped = engine.step()
     assert stepped and norm > 0 and not torch.equal(weight, model.weight)
-    assert len(calls) == 2
+    assert len(calls) == 3
+
+
+@needs_glibc
+def test_backward_releases_as_it_enters_each_decoder_layer(monkeypatch, tiny_model_path):
+    from sao_gym.learner.engine.local import decoder_layers
+    from sao_gym.models import load_policy
+
+    calls = []
+    monkeypatch.setattr("sao_gym.learner.engine.host_memory.release_freed_memory",
+                        lambda: calls.append(1) or True)
+    model = load_policy(tiny_model_path)[0]
+    layers = decoder_layers(model)
+    assert len(layers) == model.config.num_hidden_layers >= 2
+    engine = LocalEngine(model, lr=0.1)
+    with torch.no_grad():  # no graph: no hooks fire
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert calls == []
+    loss = model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum()
+    assert len(calls) == len(layers)  # entering each layer's forward
+    loss.backward()
+    assert len(calls) == 2 * len(layers)  # and its backward
+    model.gradient_checkpointing_enable()
+    calls.clear()
+    engine.backward(model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum())
+    assert len(calls) >= len(layers)  # and the engine's own two
 
 
 def test_release_is_a_no_op_without_glibc(monkeypatch):

@@ -38,12 +38,16 @@ def test_the_estimate_adds_up_by_hand():
     one = learner_memory(cfg, critic=False, microbatch_tokens=100)
     assert (one.params, one.grads, one.optimizer) == (4 * n, 4 * n, 8 * n)
     per_layer = s.activations_per_token() * 100 * 4
-    assert one.activations == 2 * per_layer + 3 * 100 * 1000 * 4 + 2 * per_layer
+    head = 3 * 100 * 1000 * 4  # 100 rows (under the chunk's 33,554 of a 1,000 vocab)
+    assert one.activations == 2 * per_layer + head + 2 * per_layer
     four = learner_memory(cfg, engine="fsdp", ranks=4, critic=False, microbatch_tokens=100)
     assert four.state == one.state // 4 and four.activations == one.activations
     assert four.gathered == (1000 * 64 + 2 * s.layer_parameters()) * 4
     ckpt = learner_memory(cfg, critic=False, microbatch_tokens=100, gradient_checkpointing=True)
-    assert ckpt.activations == 2 * 64 * 100 * 4 + per_layer + 3 * 100 * 1000 * 4 + 2 * per_layer
+    assert ckpt.activations == 2 * 64 * 100 * 4 + per_layer + head + 2 * per_layer
+    long = learner_memory(cfg, critic=False, microbatch_tokens=100_000)
+    rows = 2**25 // 1000  # the head never holds more than one chunk's logits
+    assert long.activations == 2 * s.activations_per_token() * 100_000 * 4 * 2 + 3 * rows * 4000
     lora = learner_memory(cfg, critic=False, lora_rank=8)
     r8 = s.lora_parameters(8)
     assert (lora.params, lora.grads, lora.optimizer) == (4 * (n + r8), 4 * r8, 8 * r8)

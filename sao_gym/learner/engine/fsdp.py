@@ -29,22 +29,10 @@ from typing import Any
 import torch
 
 from sao_gym.learner.engine.group import TorchRankGroup
-from sao_gym.learner.engine.local import ModelEngine
+from sao_gym.learner.engine.local import ModelEngine, decoder_layers
 
 FORWARD_METHODS = ("values_after", "score_tokens")
 """Methods besides ``forward`` that run the model (registered with FSDP)."""
-
-
-def shard_units(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The submodules sharded on their own (a model's decoder layers).
-
-    Instances of the classes the model, or a model inside it, lists in
-    ``_no_split_modules``.
-    """
-    names = set()
-    for sub in module.modules():
-        names.update(getattr(sub, "_no_split_modules", None) or ())
-    return [sub for sub in module.modules() if type(sub).__name__ in names]
 
 
 class FSDPEngine(ModelEngine):
@@ -90,7 +78,8 @@ class FSDPEngine(ModelEngine):
                                        reduce_dtype=torch.float32)
                   if mixed_precision else MixedPrecisionPolicy())
         where = CPUOffloadPolicy() if offload else OffloadPolicy()
-        for unit in shard_units(module):
+        self.release_in_backward(module)
+        for unit in decoder_layers(module):
             fully_shard(unit, mesh=mesh, mp_policy=policy, offload_policy=where)
         fully_shard(module, mesh=mesh, mp_policy=policy, offload_policy=where)
         for name in FORWARD_METHODS:
@@ -111,6 +100,7 @@ class FSDPEngine(ModelEngine):
         FSDP's reduction sums the ranks' parts divided by the number of ranks:
         the loss is scaled back up by it.
         """
+        self.release_host_memory()  # what the forward pass freed
         (loss * self.group.size).backward()
         self.release_host_memory()
 
@@ -188,4 +178,4 @@ class FSDPEngine(ModelEngine):
             self.module.save_pretrained(str(path), state_dict=self.servable(full))
 
 
-__all__ = ["FORWARD_METHODS", "FSDPEngine", "shard_units"]
+__all__ = ["FORWARD_METHODS", "FSDPEngine"]

@@ -18,7 +18,7 @@ import torch
 
 from sao_gym.learner.batching import MicroBatch
 from sao_gym.learner.engine.group import SINGLE
-from sao_gym.learner.engine.host_memory import release_freed_memory
+from sao_gym.learner.engine.host_memory import release_freed_memory, release_in_backward
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,18 @@ def unstarted_kept(optimizer: torch.optim.Optimizer) -> Iterator[bool]:
     finally:
         if not started:
             optimizer.state.clear()
+
+
+def decoder_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """A model's decoder layers (what FSDP shards on their own).
+
+    Instances of the classes the model, or a model inside it, lists in
+    ``_no_split_modules``.
+    """
+    names = set()
+    for sub in module.modules():
+        names.update(getattr(sub, "_no_split_modules", None) or ())
+    return [sub for sub in module.modules() if type(sub).__name__ in names]
 
 
 class ModelEngine:
@@ -138,6 +150,11 @@ class ModelEngine:
         if self.device.type == "cpu":
             release_freed_memory()
 
+    def release_in_backward(self, module: torch.nn.Module) -> None:
+        """On the CPU, also release as the backward pass enters each decoder layer."""
+        if self.device.type == "cpu":
+            release_in_backward(decoder_layers(module))
+
 
 class LocalEngine(ModelEngine):
     """One model on one device, trained with AdamW (the ``Engine`` protocol).
@@ -169,6 +186,7 @@ class LocalEngine(ModelEngine):
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters
         self.scores_tokens = callable(getattr(module, "score_tokens", None))
         self.group = SINGLE
+        self.release_in_backward(module)
 
     def forward(self, *args: Any, method: str = "forward", **kwargs: Any) -> Any:
         """The module's ``method`` (the forward pass; a critic's ``values_after``).
@@ -184,6 +202,7 @@ class LocalEngine(ModelEngine):
 
     def backward(self, loss: torch.Tensor) -> None:
         """Accumulate ``loss``'s gradients into the parameters."""
+        self.release_host_memory()  # what the forward pass freed
         loss.backward()
         self.release_host_memory()
 
@@ -251,4 +270,4 @@ class LocalEngine(ModelEngine):
                                         state_dict=self.servable(self.module.state_dict()))
 
 
-__all__ = ["LocalEngine", "ModelEngine", "keyed_by_position", "unstarted_kept"]
+__all__ = ["LocalEngine", "ModelEngine", "decoder_layers", "keyed_by_position", "unstarted_kept"]
