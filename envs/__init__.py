@@ -14,6 +14,11 @@ register(
     oracle="sao_gym.envs.arithmetic.oracle:arithmetic_oracle",
 )
 register(
+    "sao_gym/KeyChain-v0",
+    "sao_gym.envs.key_chain:KeyChainEnv",
+    oracle="sao_gym.envs.key_chain.oracle:key_chain_oracle",
+)
+register(
     "sao_gym/MathTIR-v0",
     "sao_gym.envs.math_tir:MathTIREnv",
     max_episode_steps=16,

@@ -26,11 +26,11 @@ task id, so the same task always gets the same demonstration.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sao_gym.types import Message
+from sao_gym.utils.slips import slip_digit, unit_hash
 
 
 def arithmetic_oracle(
@@ -87,32 +87,12 @@ def arithmetic_oracle(
         and not content.startswith("Error")
     ):
         key = f"{seed}:{task.get('id')}"
-        if slip_rate > 0 and _unit_hash(f"slip:{key}") < slip_rate:
-            return f"submit({_slip(content, _unit_hash(f'digit:{key}'))})"
+        if slip_rate > 0 and unit_hash(f"slip:{key}") < slip_rate:
+            return f"submit({slip_digit(content, unit_hash(f'digit:{key}'))})"
         return f"submit({content})"
-    if direct_rate > 0 and _unit_hash(f"{seed}:{task['id']}") < direct_rate:
+    if direct_rate > 0 and unit_hash(f"{seed}:{task['id']}") < direct_rate:
         return f"submit({task['answer']})"
     return f"calculator({task['expression']})"
-
-
-def _slip(number: str, u: float) -> str:
-    """``number`` with one of its digits (chosen by ``u`` in [0, 1)) replaced by another.
-
-    >>> _slip("-6", 0.0), _slip("120", 0.5), _slip("3.5", 0.99)
-    ('-7', '170', '3.4')
-    """
-    positions = [i for i, c in enumerate(number) if c.isdigit()]
-    if not positions:
-        return number + "0"
-    k = int(u * len(positions) * 9)
-    i = positions[k // 9]
-    digit = (int(number[i]) + 1 + k % 9) % 10
-    return number[:i] + str(digit) + number[i + 1:]
-
-
-def _unit_hash(text: str) -> float:
-    """A stable pseudo-random number in [0, 1) for ``text`` (unlike ``hash``, not salted)."""
-    return zlib.crc32(text.encode()) / 2**32
 
 
 __all__ = ["arithmetic_oracle"]

@@ -63,7 +63,7 @@ def test_oracle_calls_the_calculator_then_submits_its_result():
 
 
 def test_a_slip_changes_exactly_one_digit_of_the_submitted_result():
-    from sao_gym.envs.arithmetic.oracle import _slip
+    from sao_gym.utils.slips import slip_digit as _slip
 
     for number in ("0", "-6", "7", "120", "-305", "3.25", "99999"):
         for k in range(40):
