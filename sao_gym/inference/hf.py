@@ -28,6 +28,12 @@ new weights (one prefill of prompt + tokens so far), so a token sampled after
 the update has exactly the logprob a fresh forward pass of the new weights
 gives: the learner's recomputed logprob and the recorded one refer to the
 same distribution.
+
+Requests of one episode (the same ``SamplingParams.session_id``) reuse its
+KV across turns: a finished request's KV is kept by session
+(:mod:`~sao_gym.inference.hf_sessions`, bounded by ``session_cache_bytes``)
+and the session's next request, whose prompt extends it, prefills only the
+new tokens. A weight update drops every kept KV.
 """
 
 from __future__ import annotations
@@ -46,11 +52,15 @@ import torch
 
 from sao_gym.inference.base import BackendClosed, prompt_list
 from sao_gym.inference.hf_batch import DecodeBatch, ModelRunner
+from sao_gym.inference.hf_sessions import SessionCache, SessionEntry
 from sao_gym.inference.sampling import sample_next
 from sao_gym.inference.weights import adapted, is_adapter, load_weights_dir, merge_adapter
 from sao_gym.types import Generation, SamplingParams
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_SESSION_CACHE_BYTES = 2**30
+"""KV kept between the turns of episodes, all sessions together (1 GiB)."""
 
 
 @dataclass
@@ -65,6 +75,10 @@ class BackendStats:
     """Requests completed with a Generation."""
     prefill_calls: int = 0
     """Prefill passes: admissions of new requests and re-encodes after weight updates."""
+    prefill_tokens: int = 0
+    """Tokens encoded by prefill passes (a reused session prefix is not encoded again)."""
+    reused_tokens: int = 0
+    """Prompt tokens whose KV came from the session cache instead of a prefill."""
     weight_updates: int = 0
     """Weight updates applied."""
 
@@ -131,7 +145,10 @@ class HFBackend:
     See the module docstring for the scheduling. ``max_batch_size`` bounds the
     rows decoded together; ``batch_wait_s`` is how long an idle worker waits
     after the first request to gather a burst; ``seed`` seeds the stream used
-    by requests without their own ``SamplingParams.seed``.
+    by requests without their own ``SamplingParams.seed``;
+    ``session_cache_bytes`` bounds the KV kept between the turns of an
+    episode (requests with a ``SamplingParams.session_id``;
+    :mod:`~sao_gym.inference.hf_sessions`; 0 turns the reuse off).
     """
 
     def __init__(
@@ -144,12 +161,14 @@ class HFBackend:
         batch_wait_s: float = 0.002,
         seed: int | None = None,
         policy_version: int = 0,
+        session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
     ) -> None:
         from sao_gym.models import load_policy
 
         model, tokenizer = load_policy(model_path, device=device, dtype=dtype)
         model.requires_grad_(False)
-        self._setup(model, tokenizer, max_batch_size, batch_wait_s, seed, policy_version)
+        self._setup(model, tokenizer, max_batch_size, batch_wait_s, seed, policy_version,
+                    session_cache_bytes)
 
     @classmethod
     def from_model(
@@ -161,10 +180,12 @@ class HFBackend:
         batch_wait_s: float = 0.002,
         seed: int | None = None,
         policy_version: int = 0,
+        session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
     ) -> HFBackend:
         """Wrap an already loaded model (kept on its device and dtype; not copied)."""
         self = cls.__new__(cls)
-        self._setup(model, tokenizer, max_batch_size, batch_wait_s, seed, policy_version)
+        self._setup(model, tokenizer, max_batch_size, batch_wait_s, seed, policy_version,
+                    session_cache_bytes)
         return self
 
     def _setup(
@@ -175,6 +196,7 @@ class HFBackend:
         batch_wait_s: float,
         seed: int | None,
         policy_version: int,
+        session_cache_bytes: int,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -190,6 +212,8 @@ class HFBackend:
         self._vocab_size = int(model.get_input_embeddings().num_embeddings)
         self._max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self._version = policy_version
+        self.sessions = SessionCache(session_cache_bytes)
+        """Finished requests' KV by ``SamplingParams.session_id`` (:mod:`.hf_sessions`)."""
         self._adapter_base: dict[str, torch.Tensor] | None = None
         """The weights LoRA adapters are merged into (those the first adapter changed)."""
         self._rng = torch.Generator()
@@ -355,6 +379,8 @@ class HFBackend:
             applied = True
             logger.info("HFBackend: weights version %d applied", upd.version)
             _resolve(upd.loop, upd.future)
+        if applied:
+            self.sessions.clear()  # KV of the old weights: never reused
         if applied and self._batch is not None:
             batch, self._batch = self._batch, None
             rows = [r for r in batch.rows if not r.abandoned]
@@ -403,23 +429,59 @@ class HFBackend:
 
     def _prefill(self, rows: list[_Request], seqs: list[list[int]]) -> DecodeBatch:
         self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += sum(len(s) for s in seqs)
         with torch.inference_mode():
             return DecodeBatch.prefill(self._runner, seqs, rows, device=self._device)
 
     def _admit(self, new: list[_Request]) -> None:
-        """Prefill new requests and merge them into the running batch."""
-        try:
-            part = self._prefill(new, [r.prompt for r in new])
-        except Exception as e:  # only the new requests fail
-            logger.exception("HFBackend: prefill failed")
-            for r in new:
+        """Prefill new requests (after a reused session prefix) and merge them into the batch."""
+        parts: list[DecodeBatch] = []
+        fresh: list[_Request] = []
+        for r in new:
+            entry = (self.sessions.take(r.params.session_id, r.prompt, self._version)
+                     if r.params.session_id is not None else None)
+            if entry is None:
+                fresh.append(r)
+                continue
+            try:
+                parts.append(self._resume(r, entry))
+            except Exception as e:  # only this request fails
+                logger.exception("HFBackend: prefill after a cached prefix failed")
                 _resolve(r.loop, r.future, exc=e)
+        if fresh:
+            try:
+                parts.append(self._prefill(fresh, [r.prompt for r in fresh]))
+            except Exception as e:  # only the new requests fail
+                logger.exception("HFBackend: prefill failed")
+                for r in fresh:
+                    _resolve(r.loop, r.future, exc=e)
+        with torch.inference_mode():
+            for part in parts:
+                if self._batch is None:
+                    self._batch = part
+                else:
+                    self._batch.merge(part)
+
+    def _resume(self, r: _Request, entry: SessionEntry) -> DecodeBatch:
+        """A row for ``r`` that encodes only the prompt after ``entry``'s tokens."""
+        suffix = r.prompt[len(entry.tokens):]
+        self.stats.prefill_calls += 1
+        self.stats.prefill_tokens += len(suffix)
+        self.stats.reused_tokens += len(entry.tokens)
+        with torch.inference_mode():
+            return DecodeBatch.resume(self._runner, entry.keys, entry.values, suffix, r)
+
+    def _keep_session(self, batch: DecodeBatch, i: int, r: _Request) -> None:
+        """Cache finished row ``i``'s KV for its session's next request."""
+        if r.params.session_id is None or self.sessions.max_bytes == 0 or r.abandoned:
             return
-        if self._batch is None:
-            self._batch = part
-        else:
-            with torch.inference_mode():
-                self._batch.merge(part)
+        keys, values = batch.row_cache(i)
+        tokens = r.prompt + r.tokens[:-1]  # the last sampled token was never fed back
+        if keys[0].shape[2] != len(tokens):  # pragma: no cover - a bookkeeping bug
+            raise RuntimeError(f"cached row holds {keys[0].shape[2]} positions, expected "
+                               f"{len(tokens)}")
+        self.sessions.put(r.params.session_id,
+                          SessionEntry(tokens, self._version, keys, values))
 
     def _decode_step(self) -> None:
         """Sample one token per row, retire finished rows, run one forward pass."""
@@ -451,10 +513,10 @@ class HFBackend:
             r.versions.append(self._version)
             if r.abandoned:
                 continue
-            if tok in r.params.stop_token_ids:
-                self._finish(r, "stop")
-            elif len(r.tokens) >= r.max_new:
-                self._finish(r, "length")
+            if tok in r.params.stop_token_ids or len(r.tokens) >= r.max_new:
+                with torch.inference_mode():
+                    self._keep_session(batch, i, r)
+                self._finish(r, "stop" if tok in r.params.stop_token_ids else "length")
             else:
                 keep.append(i)
         with torch.inference_mode():
@@ -490,6 +552,7 @@ class HFBackend:
             _resolve(r.loop, r.future, exc=BackendClosed("HFBackend is closed"))
         for u in updates:
             _resolve(u.loop, u.future, exc=BackendClosed("HFBackend is closed"))
+        self.sessions.clear()
         self._runner = None  # type: ignore[assignment]
         self.model = None
         logger.info("HFBackend: worker stopped (%d tokens generated)", self.stats.tokens_generated)

@@ -11,7 +11,12 @@ next token. It supports the four operations continuous batching needs:
   left-padded with masked zeros so both have the same length);
 - :meth:`DecodeBatch.select`: keep some rows (finished rows leave the batch at
   once) and trim leading columns that are padding in every remaining row;
-- :meth:`DecodeBatch.step`: feed one token per row and get the next logits.
+- :meth:`DecodeBatch.step`: feed one token per row and get the next logits;
+
+and, for KV reuse across the turns of an episode
+(:mod:`~sao_gym.inference.hf_sessions`), :meth:`DecodeBatch.row_cache` (one
+row's KV, unpadded) and :meth:`DecodeBatch.resume` (a new row that encodes
+only the tokens after such a cached prefix).
 
 Rows are opaque objects carried along (the backend's requests), so the batch
 knows nothing about sampling. Only models whose cache layers are plain
@@ -161,6 +166,38 @@ class DecodeBatch:
         cache = runner.new_cache()
         logits_BV = runner(ids_BT, mask_BT, pos_BT, cache)
         return cls(rows, cache, mask_BT, pos_BT[:, -1] + 1, logits_BV)
+
+    @classmethod
+    def resume(
+        cls,
+        runner: ModelRunner,
+        keys: Sequence[torch.Tensor],
+        values: Sequence[torch.Tensor],
+        suffix: Sequence[int],
+        row: Any,
+    ) -> DecodeBatch:
+        """A one-row batch: a cached prefix (per layer ``[1, kv, n, d]``) plus ``suffix``.
+
+        Encodes only ``suffix`` (positions ``n`` on); logits are for the next token.
+        """
+        if not suffix:
+            raise ValueError("resume needs at least one new token")
+        cache = runner.new_cache()
+        for i, (k, v) in enumerate(zip(keys, values, strict=True)):
+            cache.update(k, v, i)
+        n, device = keys[0].shape[2], keys[0].device
+        ids_BT = torch.as_tensor([list(suffix)], dtype=torch.long, device=device)
+        mask_BL = torch.ones(1, n + len(suffix), dtype=torch.bool, device=device)
+        pos_BT = torch.arange(n, n + len(suffix), device=device)[None]
+        logits_BV = runner(ids_BT, mask_BL, pos_BT, cache)
+        return cls([row], cache, mask_BL, pos_BT[:, -1] + 1, logits_BV)
+
+    def row_cache(self, i: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Row ``i``'s cached keys and values without padding (copies, per layer)."""
+        n = int(self.mask_BL[i].sum())  # left padding: the row's columns are the last n
+        keys = [layer.keys[i:i + 1, :, -n:].clone() for layer in self.cache.layers]
+        values = [layer.values[i:i + 1, :, -n:].clone() for layer in self.cache.layers]
+        return keys, values
 
     def merge(self, other: DecodeBatch) -> None:
         """Append ``other``'s rows to this batch (left-padding the shorter cache)."""

@@ -60,7 +60,9 @@ def vllm_command(python: str, model: str, port: int, *, served_model_name: str =
 
     ``--logprobs-mode processed_logprobs``: logprobs after temperature (the
     sampler's); ``--generation-config vllm``: no sampling defaults from the
-    checkpoint; ``--enforce-eager``: no graph capture (fast start, CPU builds).
+    checkpoint; ``--enforce-eager``: no graph capture (fast start, CPU builds);
+    ``--enable-prefix-caching``: an episode's next turn reuses the KV of the
+    conversation so far (vLLM's default, made explicit).
     ``max_lora_rank``: serve LoRA adapters up to that rank (one at a time;
     vLLM's next allowed rank). The environment must also set
     ``VLLM_SERVER_DEV_MODE=1`` (the weight-update routes) and, for adapters,
@@ -69,7 +71,8 @@ def vllm_command(python: str, model: str, port: int, *, served_model_name: str =
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model,
            "--host", host, "--port", str(port), "--dtype", dtype, "--enforce-eager",
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
-           "--max-model-len", str(max_model_len), "--served-model-name", served_model_name]
+           "--max-model-len", str(max_model_len), "--served-model-name", served_model_name,
+           "--enable-prefix-caching"]
     if max_lora_rank is not None:
         allowed = [r for r in LORA_RANKS if r >= max_lora_rank]
         if not allowed:

@@ -93,12 +93,15 @@ def parse_completion(body: Any, model: str, eos_token_ids: tuple[int, ...],
     seed = body.get("seed")
     if seed is not None and type(seed) is not int:
         raise _BadRequest(f"seed must be an integer, got {seed!r}")
+    session = body.get("user")  # the episode: its KV cache is reused by its next request
+    if session is not None and not isinstance(session, str):
+        raise _BadRequest(f"user must be a string, got {session!r}")
     try:
         params = SamplingParams(
             max_new_tokens=int(body.get("max_tokens", 16)),
             temperature=float(body.get("temperature", 1.0)),
             top_p=float(body.get("top_p", 1.0)),
-            stop_token_ids=tuple(stop_ids), seed=seed)
+            stop_token_ids=tuple(stop_ids), seed=seed, session_id=session)
     except (TypeError, ValueError) as e:
         raise _BadRequest(str(e)) from None
     return prompt, params, bool(body.get("stream", False))
@@ -264,8 +267,11 @@ class _Server:
                                    "generation_config": "vllm"}}
         import torch
 
+        stats = getattr(self.backend, "stats", None)
+        prefill = ({"prefill_tokens": stats.prefill_tokens, "reused_tokens": stats.reused_tokens}
+                   if hasattr(stats, "reused_tokens") else {})
         return web.json_response({"server": "sao-gym", "vllm_config": config,
-                                  "threads": torch.get_num_threads()})
+                                  "threads": torch.get_num_threads(), **prefill})
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -86,6 +86,8 @@ def completion_body(model: str, prompt: list[int], params: SamplingParams,
     }
     if params.seed is not None:
         body["seed"] = params.seed
+    if params.session_id is not None:  # OpenAI's field for who asks; `sao-gym serve` reuses
+        body["user"] = params.session_id  # the session's KV cache by it
     return body
 
 

@@ -173,6 +173,66 @@ async def test_in_flight_update_labels_each_token_with_the_weights_that_sampled_
     assert weight_info(backend.router.servers[0].url) == str(version)
 
 
+def server_info(url: str) -> dict:
+    with urllib.request.urlopen(url + "/server_info", timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+async def test_sao_serve_reuses_an_episodes_kv_and_its_logprobs_stay_exact(
+        served, backend, hf_model):
+    """20 turns of one session, new weights at turn 10: every token matches its weights' forward."""
+    kind, url = served
+    if kind != "sao":
+        pytest.skip("vLLM's own prefix caching is checked in test_vllm_prefix_caching_is_on")
+    before = server_info(url)
+    sharp = AutoModelForCausalLM.from_pretrained(hf_model.name_or_path,
+                                                 dtype=torch.float32).eval()
+    sharp.load_state_dict(_sharpened(hf_model))
+    prompt, turns, version = [5, 17, 300, 42, 9], [], backend.policy_version
+    for t in range(20):
+        if t == 10:
+            version += 1
+            await backend.update_weights(_sharpened(hf_model), version)
+        gen = await backend.generate(prompt, SamplingParams(8, 1.0, session_id="episode-1"))
+        turns.append((prompt, gen))
+        prompt = prompt + gen.token_ids + [11 + t, 7, 3]
+    for t, (p, g) in enumerate(turns):
+        model = hf_model if t < 10 else sharp
+        ref = token_logprobs(model, p + g.token_ids, 1.0)[len(p) - 1:]
+        err = (ref - torch.tensor(g.logprobs, dtype=torch.float64)).abs().max().item()
+        assert err < 1e-4, (t, err)
+        assert set(g.policy_versions) == {version - (t < 10)}
+    after = server_info(url)
+    reused = after["reused_tokens"] - before["reused_tokens"]
+    prefilled = after["prefill_tokens"] - before["prefill_tokens"]
+    total = sum(len(p) for p, _ in turns)
+    assert reused + prefilled == total and prefilled < total / 3  # turns 0 and 10 in full
+
+
+def prefix_cache_hits(url: str) -> float:
+    """vLLM's ``vllm:prefix_cache_hits`` counter (tokens served from its prefix cache)."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines
+               if line.startswith("vllm:prefix_cache_hits") and not line.startswith("#"))
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+async def test_vllm_prefix_caching_is_on(served, backend):
+    """A session's later turns are served from vLLM's prefix cache (the launch turns it on)."""
+    kind, url = served
+    if kind != "vllm":
+        pytest.skip("the sao server's own reuse is checked above")
+    before = prefix_cache_hits(url)
+    prompt = [5, 17, 300, 42, 9] * 60  # 300 tokens: whole KV blocks of any size
+    for t in range(4):
+        gen = await backend.generate(prompt, SamplingParams(8, 1.0, session_id="episode-2"))
+        prompt = prompt + gen.token_ids + [11 + t, 7, 3]
+    assert prefix_cache_hits(url) - before >= 3 * 64  # later turns hit whole blocks
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
 async def test_in_process_vllm_engine_has_the_same_semantics(model_path, hf_model, tmp_path,

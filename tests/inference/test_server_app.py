@@ -37,6 +37,10 @@ def test_parse_completion_reads_the_sampling_fields():
     assert prompt == [1, 2, 3] and stream is True
     assert (params.max_new_tokens, params.temperature, params.top_p) == (9, 0.5, 0.8)
     assert params.stop_token_ids == (4,) and params.seed == 3
+    assert params.session_id is None
+    assert parse_completion(body(user="ep-1"), "policy", EOS)[1].session_id == "ep-1"
+    with pytest.raises(ValueError, match="user must be a string"):
+        parse_completion(body(user=7), "policy", EOS)
 
 
 def test_parse_completion_defaults_and_a_nested_prompt():

@@ -51,6 +51,11 @@ def test_completion_body_sends_the_seed_only_when_given():
     assert completion_body("m", [1], SamplingParams(4, seed=123), 4)["seed"] == 123
 
 
+def test_completion_body_names_the_session_as_the_user_only_when_given():
+    assert "user" not in completion_body("m", [1], SamplingParams(4), 4)
+    assert completion_body("m", [1], SamplingParams(4, session_id="ep-3"), 4)["user"] == "ep-3"
+
+
 # ------------------------------------------------------------------ check_server_info
 
 
