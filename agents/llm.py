@@ -139,12 +139,23 @@ class LLMAgent:
         self._pending += copy.deepcopy(observation)
 
     def trajectory(self) -> Trajectory:
-        """The token-exact record of the episode so far."""
+        """The token-exact record of the episode so far.
+
+        An observation not yet followed by a turn is in it, rendered as the
+        next turn would prefill it (ending where the next action would
+        start), when it fits ``max_context_tokens``; an episode cut by a
+        limit after its last observation so keeps the state the learner
+        bootstraps from.
+        """
+        delta = self._encode(self._observation_delta(self._pending)) if self._pending else []
+        if (self.max_context_tokens is not None
+                and len(self._ids) + len(delta) > self.max_context_tokens):
+            delta = []
         return Trajectory(
-            token_ids=list(self._ids),
-            loss_mask=list(self._mask),
-            logprobs=list(self._logprobs),
-            policy_versions=list(self._versions),
+            token_ids=self._ids + delta,
+            loss_mask=self._mask + [0] * len(delta),
+            logprobs=self._logprobs + [0.0] * len(delta),
+            policy_versions=self._versions + [-1] * len(delta),
             messages=copy.deepcopy(self._messages),
         )
 

@@ -1,6 +1,10 @@
 """Episodes: :func:`run_episode` (one env, one agent) and :func:`play_episode` (its life cycle).
 
 Limits live in wrappers (:mod:`sao_gym.wrappers`), so the loop stays short.
+A truncated episode's last observation is observed by the agent, so the
+token record of an episode a limit cut ends where its next action would have
+started (the state the learner can bootstrap from); a terminated episode's
+last observation is kept in its messages only.
 Failures travel as data: an exception from the environment or the agent, in
 reset as in a step, ends the episode with ``infra_failure=True`` and a
 :class:`StopReason` saying whose it was (``ENV_ERROR`` / ``AGENT_ERROR``),
@@ -68,7 +72,10 @@ async def run_episode(
             ep.end(StopReason.ENV_ERROR)
             break
         if ended:
-            ep.final_obs = obs
+            if ep.truncated:
+                _observe_final(agent, ep, obs)
+            else:
+                ep.final_obs = obs
             break
         try:
             agent.observe(obs)
@@ -120,6 +127,20 @@ def _failure(stop: StopReason, env: Env | None, seed: int | None,
     """The record of an episode that failed before its first turn: no tokens."""
     traj = Trajectory(messages=list(messages or []))
     return EpisodeRecord().end(stop).rollout(env, traj, seed, task_id=task_id)
+
+
+def _observe_final(agent: Agent, ep: EpisodeRecord, obs: list[Message]) -> None:
+    """Hand a truncated episode's last observation to the agent.
+
+    Its record then ends at the state the learner bootstraps from; if the agent
+    fails to take it, the observation is kept as messages only.
+    """
+    try:
+        agent.observe(obs)
+    except Exception:
+        logger.warning("agent failed to observe the final observation; kept as messages only",
+                       exc_info=True)
+        ep.final_obs = obs
 
 
 def _trajectory(agent: Agent, ep: EpisodeRecord) -> Trajectory:

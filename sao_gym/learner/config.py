@@ -103,7 +103,9 @@ class LearnerConfig:
     value model: each critic update then costs about ``N / layers`` of a full one)."""
     bootstrap_truncated: bool = False
     """Truncated rollouts (turn limit, context or token budget) bootstrap their
-    return from the critic's value after their last action token (True), or
+    return from the critic's value at the end of their final observation, where
+    the next action would start (True; one without it, cut by the context, ends
+    with its reward), or
     end with their reward like terminated ones (False: the limit is part of the
     task, as when evaluation counts it a failure)."""
     value_clip: float | None = None

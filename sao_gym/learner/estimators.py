@@ -63,18 +63,23 @@ def skip_observation_targets(rollouts: Sequence[Rollout], mb: MicroBatch, after_
 
     Skip-observation GAE (:func:`~sao_gym.learner.advantages.skip_observation_gae`)
     with ``lam`` (a scalar or one per row). With ``bootstrap_truncated`` a
-    truncated rollout bootstraps from the value after its last action token,
-    else from 0 like a terminated one.
+    truncated rollout that ends on observation tokens (its final observation,
+    kept by :func:`~sao_gym.rollout.run_episode`) bootstraps from the critic's
+    value after its last token: the state where its next action would start,
+    the kind of state the critic is trained on (the one before each turn's
+    first action token). Every other rollout, and a truncated one whose final
+    observation did not fit its context, ends with its reward (bootstrap 0).
     """
     mask = mb.action_mask_BT
     after_BT = after_BT.to(mask.device)
     v = values_before(after_BT) * mask
+    last_action_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
+    last_B = mb.attention_mask_BT.to(mask.device).sum(-1).long() - 1
     truncated = torch.tensor([bootstrap_truncated and rollouts[i].truncated for i in mb.indices],
                              device=mask.device)
-    last_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
-    # V after the last action token (the full prefix through it), not V before it.
     after_last_B = after_BT.gather(1, last_B[:, None]).squeeze(1)
-    bootstrap = torch.where(truncated, after_last_B, torch.zeros_like(after_last_B))
+    bootstrap = torch.where(truncated & (last_B > last_action_B), after_last_B,
+                            torch.zeros_like(after_last_B))
     a, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=gamma, lam=lam,
                                           bootstrap_B=bootstrap)
     return a, ret, v

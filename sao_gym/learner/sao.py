@@ -27,8 +27,9 @@ them: the unit of ``total_steps``, the lr schedule and the critic warm-up):
 
 A non-finite loss or gradient skips that optimizer step and leaves the
 weights untouched (``learner/skipped_steps``). With ``bootstrap_truncated``
-a truncated rollout bootstraps from the critic's value after its last action
-token; by default it ends with its reward, like a terminated one. Grouped
+a truncated rollout bootstraps from the critic's value at the end of its final
+observation (where its next action would start); by default it ends with its
+reward, like a terminated one. Grouped
 algorithms train groups of exactly ``group_size`` rollouts of one task
 (``Rollout.group_id``, or ``task_id`` where it is None).
 

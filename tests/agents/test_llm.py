@@ -75,6 +75,31 @@ async def test_generation_cut_by_length_is_closed_by_the_observation(tok):
     assert tok.decode(delta) == IM_END + "\n" + chatml([{"role": "user", "content": err}])
 
 
+async def test_a_truncated_episode_ends_where_its_next_action_would_start(tok):
+    """The turn limit's final observation is in the token record, rendered exactly as the
+    next turn would prefill it; a terminated episode's last observation is not."""
+    env = sao_gym.make("sao_gym/Arithmetic-v0", max_episode_steps=2)
+    g = enc(tok, tool_call_text("calculator", {"expression": "2+3"}) + IM_END)
+    backend = ScriptedBackend([g, g])
+    r = await sao_gym.run_episode(env, LLMAgent(backend, tok), seed=0)
+    assert r.stop_reason is StopReason.MAX_TURNS and r.truncated
+    second = backend.calls[1].prompt_ids
+    tail = r.token_ids[len(second) + len(g):]
+    assert tok.decode(tail) == "\n" + chatml([r.messages[-1]])  # ends "...assistant\n"
+    assert r.token_ids == second + g + tail and r.loss_mask[-len(tail):] == [0] * len(tail)
+    assert r.rollout_logprobs[-len(tail):] == [0.0] * len(tail)
+    assert r.policy_versions[-len(tail):] == [-1] * len(tail)
+    assert [m["role"] for m in r.messages].count("tool") == 2  # kept once, not twice
+
+    env = sao_gym.make("sao_gym/Arithmetic-v0")
+    done = enc(tok, tool_call_text("submit", {"answer": "5"}) + IM_END)
+    backend = ScriptedBackend([done])
+    r = await sao_gym.run_episode(env, LLMAgent(backend, tok), seed=0,
+                                  options={"task": {"expression": "2 + 3"}})
+    assert r.terminated and r.token_ids == backend.calls[0].prompt_ids + done
+    assert r.messages[-1]["content"] == "Correct."
+
+
 async def test_context_budget_caps_and_truncates(tok):
     env = sao_gym.make("sao_gym/Arithmetic-v0")
     obs, info = await env.areset(seed=0)
@@ -152,11 +177,11 @@ async def test_five_turn_episode_matches_a_fresh_forward_pass(tiny_model_path, t
     for i, (prompt, gen) in enumerate(rec.log):
         assert prompt == expected, f"turn {i}: the prompt is not the running sequence"
         expected += gen.token_ids
+        closing = "\n" if gen.finish_reason == "stop" else IM_END + "\n"
+        delta = enc(tok, closing + chatml([obs_msgs[i]]))
         if i + 1 < len(rec.log):
-            closing = "\n" if gen.finish_reason == "stop" else IM_END + "\n"
-            delta = enc(tok, closing + chatml([obs_msgs[i]]))
             assert tok.decode(rec.log[i + 1][0][len(expected):]) == tok.decode(delta)
-            expected += delta
+        expected += delta  # after the last turn: the turn limit's final observation
     assert r.token_ids == expected
     assert sum(r.loss_mask) == sum(len(g.token_ids) for _, g in rec.log)
 

@@ -76,8 +76,10 @@ def ref_critic(learner, rollouts, lam_fn):
         v = [0.0] + after[:-1]  # the value before token t is the value after token t - 1
         v = [x if m else 0.0 for x, m in zip(v, ro.loss_mask, strict=True)]
         last = max(t for t, m in enumerate(ro.loss_mask) if m)
-        # the value after the last action token, when truncated rollouts bootstrap
-        boot = after[last] if ro.truncated and learner.config.bootstrap_truncated else 0.0
+        # the value after the final observation, when truncated rollouts bootstrap
+        ends_on_obs = last < len(ro.token_ids) - 1
+        boot = (after[-1] if ro.truncated and learner.config.bootstrap_truncated and ends_on_obs
+                else 0.0)
         rewards = [ro.reward if t == last else 0.0 for t in range(len(v))]
         a, _ = ref_gae(rewards, v, ro.loss_mask, 1.0, lam_fn(sum(ro.loss_mask)), boot)
         _, ret = ref_gae(rewards, v, ro.loss_mask, 1.0, 1.0, boot)
@@ -362,18 +364,22 @@ def _table_learner(tiny_model_path, table, **cfg):
                    pad_id=tok.pad_token_id)
 
 
-@pytest.mark.parametrize("truncated, bootstrap", [(True, True), (False, True), (True, False)])
-def test_truncated_rollouts_bootstrap_from_the_value_after_the_last_action(tiny_model_path,
-                                                                            truncated, bootstrap):
+@pytest.mark.parametrize("truncated, bootstrap, final_obs",
+                         [(True, True, True), (False, True, True), (True, False, True),
+                          (True, True, False)])
+def test_truncated_rollouts_bootstrap_from_the_end_of_the_final_observation(
+        tiny_model_path, truncated, bootstrap, final_obs):
     # value after each token: 10 -> 0.2, 11 -> 0.5, 12 -> 1.2, 13 (an observation) -> 5.0
     learner = _table_learner(tiny_model_path, {10: 0.2, 11: 0.5, 12: 1.2, 13: 5.0},
                              critic_updates=1, bootstrap_truncated=bootstrap)
-    ro = segments_rollout([([10], False), ([11, 12], True), ([13], False)], reward=0.5,
-                          truncated=truncated)
+    segments = [([10], False), ([11, 12], True)] + ([([13], False)] if final_obs else [])
+    ro = segments_rollout(segments, reward=0.5, truncated=truncated)
     m = learner.update([ro])
-    # V_0 = V(before 11) = 0.2, V_1 = V(before 12) = 0.5; bootstrap V(after 12) = 1.2
-    # (terminated, or truncated without bootstrap_truncated: 0); lambda = 1 - 1/(1.5 * 2) = 2/3
-    boot = 1.2 if truncated and bootstrap else 0.0
+    # V_0 = V(before 11) = 0.2, V_1 = V(before 12) = 0.5; bootstrap V(after 13) = 5.0, the
+    # state after the final observation (not V(after 12) = 1.2, after the last action);
+    # 0 when terminated, without bootstrap_truncated, or without a final observation.
+    # lambda = 1 - 1/(1.5 * 2) = 2/3
+    boot = 5.0 if truncated and bootstrap and final_obs else 0.0
     delta1 = 0.5 + boot - 0.5
     delta0 = 0.5 - 0.2
     a1, a0 = delta1, delta0 + 2 / 3 * delta1
