@@ -89,6 +89,19 @@ def batch_metrics(batch: list[Rollout], version: int) -> dict[str, float]:
     }
 
 
+def backend_counters(backend: Any) -> dict[str, float]:
+    """An in-process backend's prompt-token totals so far (``inference/*``; none for others).
+
+    Tokens prefilled, and tokens whose KV an episode's earlier turn left in the
+    session cache.
+    """
+    stats = getattr(backend, "stats", None)
+    if not hasattr(stats, "reused_tokens"):
+        return {}
+    return {"inference/prefill_tokens": float(stats.prefill_tokens),
+            "inference/reused_tokens": float(stats.reused_tokens)}
+
+
 def without_empty_groups(batch: list[Rollout]) -> list[Rollout]:
     """``batch`` less the groups holding a rollout without action tokens (nothing to train).
 
@@ -215,6 +228,7 @@ class Trainer:
         counters = self.source.counters
         metrics.update(stats)
         metrics.update(self._rates(time.monotonic()))
+        metrics.update(backend_counters(self.backend))
         metrics.update({
             "policy_version": float(version),
             "rollout/infra_failures": float(counters.infra_failures),

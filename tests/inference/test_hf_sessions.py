@@ -119,3 +119,27 @@ async def test_concurrent_episodes_keep_their_own_caches_and_tokens_match_no_reu
             # seeded sampling from logits equal up to float noise: the same tokens
             assert pa == pb and ga.token_ids == gb.token_ids
             assert max(abs(x - y) for x, y in zip(ga.logprobs, gb.logprobs, strict=True)) < 1e-4
+
+
+def test_a_sync_run_of_long_episodes_reuses_kv_and_trains_on_policy(tmp_path):
+    """``mode: sync`` on KeyChain with 16 hops (episodes of up to 21 turns), KV reuse on:
+    the learner's ratio to the sampler is 1 and nothing is clipped, and the backend took
+    most prompt tokens from its session cache."""
+    from sao_gym.cli import main
+    from sao_gym.logging import read_metrics
+
+    sets = ["mode=sync", "env=sao_gym/KeyChain-v0", "env_kwargs={hops: 16}", "total_steps=3",
+            "rollout.batch_size=2", "rollout.max_new_tokens=8", "rollout.max_episode_steps=null",
+            "rollout.max_context_tokens=2048", "learner.critic_warmup_steps=0",
+            "learner.lr=1e-3", "warm_start=null", "eval.episodes=0",
+            "model_options={hidden_size: 64, num_layers: 1}"]
+    run = tmp_path / "run"
+    assert main(["train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run)]) == 0
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert r["rollout/turns_mean"] >= 10, r  # long episodes (an untrained model wanders)
+        assert abs(r["sao/ratio_mean"] - 1.0) < 1e-3, r
+        assert r["sao/clip_ratio"] == 0.0, r
+    last = rows[-1]
+    assert last["inference/reused_tokens"] > 2 * last["inference/prefill_tokens"], last
