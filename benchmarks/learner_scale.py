@@ -47,8 +47,9 @@ def _status(field: str) -> int:
     raise KeyError(field)
 
 
-def rollouts(n: int, tokens: int, seed: int = 0) -> list:
-    """``n`` synthetic rollouts of ``tokens`` tokens (prompt, then actions and observations)."""
+def rollouts(n: int, tokens: int, seed: int = 0, vocab: int = 30000) -> list:
+    """``n`` synthetic rollouts of ``tokens`` tokens (prompt, then actions and observations)
+    of token ids below ``vocab``."""
     from sao_gym.types import Rollout, StopReason
 
     rng = random.Random(seed)
@@ -57,7 +58,7 @@ def rollouts(n: int, tokens: int, seed: int = 0) -> list:
         ids, mask = [], []
         while len(ids) < tokens:
             seg = rng.randint(16, 96)
-            ids += [rng.randrange(1000, 30000) for _ in range(seg)]
+            ids += [rng.randrange(min(1000, vocab // 2), vocab) for _ in range(seg)]
             mask += [int(len(ids) > 64 and rng.random() < 0.6)] * seg
         ids, mask = ids[:tokens], mask[:tokens]
         mask[-1] = 1
@@ -94,14 +95,28 @@ def run_rank(rank: int, world: int, port: int, job: dict) -> None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=world)
     try:
-        batch = rollouts(2, job["tokens"])
+        from transformers import AutoConfig
+
+        vocab = min(30000, AutoConfig.from_pretrained(job["model"]).vocab_size)
+        batch = rollouts(job.get("rollouts", 2), job["tokens"], vocab=vocab)
         torch.ones(8) @ torch.ones(8)  # torch's own lazy start-up is not the learner's
         base = _status("VmRSS")
         config = LearnerConfig(
-            lr=1e-5, max_tokens_per_microbatch=job["tokens"], engine="fsdp" if world > 1
-            else "local", ranks=world, lora=LoraSettings(rank=job["lora"]) if job.get("lora")
-            else None, gradient_checkpointing=bool(job.get("gradient_checkpointing")))
-        learner = build_learner("grpo", job["model"], config, group_size=2)
+            lr=1e-5, critic_warmup_steps=0, max_tokens_per_microbatch=job["tokens"],
+            engine="fsdp" if world > 1 else "local", ranks=world,
+            lora=LoraSettings(rank=job["lora"]) if job.get("lora") else None,
+            gradient_checkpointing=bool(job.get("gradient_checkpointing")))
+        algorithm = job.get("algorithm", "grpo")
+        learner = build_learner(algorithm, job["model"], config,
+                                group_size=len(batch) if algorithm.startswith("grpo") else 1)
+        if job.get("peak_of_training"):  # VmHWM from here on: loading's spikes are not counted
+            import gc
+
+            from sao_gym.learner.engine.host_memory import release_freed_memory
+
+            gc.collect()
+            release_freed_memory()  # what loading freed, glibc would otherwise keep resident
+            Path("/proc/self/clear_refs").write_text("5")
         times, norms = [], []
         for _ in range(job["steps"]):
             t0 = time.perf_counter()
@@ -132,11 +147,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(name: str, model: str, tokens: int, steps: int, out_dir: Path) -> dict:
-    """One row, in fresh processes; rank 0's numbers plus every rank's peak."""
+def measure(name: str, model: str, tokens: int, steps: int, out_dir: Path,
+            spec: dict | None = None) -> dict:
+    """One row (``spec``, else ``ROWS[name]``), in fresh processes; rank 0's numbers plus
+    every rank's peak."""
     import torch.multiprocessing as mp
 
-    spec = ROWS[name]
+    spec = ROWS[name] if spec is None else spec
     world = spec.get("ranks", 1)
     job = {"model": model, "tokens": tokens, "steps": steps, "out": str(out_dir / name),
            "threads": max(1, (os.cpu_count() or 1) // world), **spec}
@@ -146,16 +163,17 @@ def measure(name: str, model: str, tokens: int, steps: int, out_dir: Path) -> di
     return {**ranks[0], "peak_mb_ranks": [r["peak_mb"] for r in ranks], "ranks": world}
 
 
-def estimate_mb(name: str, model: str, tokens: int) -> float:
+def estimate_mb(name: str, model: str, tokens: int, spec: dict | None = None) -> float:
     """:func:`~sao_gym.learner.memory.learner_memory` of the row's settings, in MB."""
     from transformers import AutoConfig
 
     from sao_gym.learner.memory import learner_memory
 
-    spec = ROWS[name]
+    spec = ROWS[name] if spec is None else spec
     est = learner_memory(AutoConfig.from_pretrained(model), ranks=spec.get("ranks", 1),
                          engine="fsdp" if spec.get("ranks", 1) > 1 else "local",
-                         lora_rank=spec.get("lora"), critic=False,
+                         lora_rank=spec.get("lora"), critic=spec.get("algorithm") in ("sao",
+                                                                                      "vapo"),
                          gradient_checkpointing=bool(spec.get("gradient_checkpointing")),
                          microbatch_tokens=tokens)
     return est.total / 2**20

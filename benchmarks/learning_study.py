@@ -105,9 +105,14 @@ def log(text: str) -> None:
     print(time.strftime("%H:%M:%S ") + text, flush=True)
 
 
+def one_thread_env() -> dict[str, str]:
+    """The environment of a study's ``sao-gym`` processes: one torch thread each."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
 def sao_gym(args: list[str], logfile: Path) -> None:
     """Run ``sao-gym ARGS`` with one torch thread, its output to ``logfile``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    env = one_thread_env()
     with logfile.open("a") as f:
         done = subprocess.run([SAO_GYM, *args], stdout=f, stderr=subprocess.STDOUT, env=env,
                               check=False)

@@ -241,6 +241,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         overrides.append(f"eval.temperature={args.temperature}")
     if args.max_new_tokens is not None:
         overrides.append(f"rollout.max_new_tokens={args.max_new_tokens}")
+    if args.max_context_tokens is not None:
+        overrides.append(f"rollout.max_context_tokens={args.max_context_tokens}")
     run_dir = Path(args.run) if args.run else None
     try:
         if run_dir is not None:  # as the run evaluated: its saved (fitted) config
@@ -449,6 +451,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sampling temperature (default: the run's; 1.0 with --model)")
     ev.add_argument("--max-new-tokens", type=int,
                     help="tokens per turn (default: the run's; 64 with --model)")
+    ev.add_argument("--max-context-tokens", type=int,
+                    help="tokens per episode (default: the run's; 2048 with --model)")
     ev.add_argument("--out", help="also write the JSON here (default RUN_DIR/eval.json)")
     ev.set_defaults(fn=_cmd_eval)
     plot = sub.add_parser("plot", help="write PNG learning curves of one or more runs")

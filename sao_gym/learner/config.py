@@ -157,6 +157,12 @@ class LearnerConfig:
     """Recompute each decoder layer's activations in the backward pass instead of
     keeping them (transformers' mechanism, non-reentrant): less memory for long
     micro-batches, about one more forward pass of time; the same gradients."""
+    release_host_memory: bool = True
+    """On the CPU, return the heap memory a training pass frees to the OS as it goes
+    (glibc's ``malloc_trim`` around each backward pass, after each optimizer step and
+    as a pass enters each decoder layer): a peak near the live tensors' size instead of
+    GBs of freed blocks kept resident, for ~7% of step time (docs/scale.md). False:
+    keep the allocator's own behaviour. No effect on GPUs."""
     seed: int = 0
     """Seeds the critic head and the torch RNG."""
 

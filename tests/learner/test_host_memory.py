@@ -68,6 +68,25 @@ def test_cpu_engine_releases_after_backward_and_step(monkeypatch):
     assert len(calls) == 3
 
 
+def test_release_host_memory_false_leaves_the_allocator_alone(monkeypatch, tiny_model_path):
+    from sao_gym.learner.config import LearnerConfig
+    from sao_gym.learner.engine import local_engine
+    from sao_gym.models import load_policy
+
+    calls = []
+    for where in ("sao_gym.learner.engine.local.release_freed_memory",
+                  "sao_gym.learner.engine.host_memory.release_freed_memory"):
+        monkeypatch.setattr(where, lambda: calls.append(1) or True)
+    for release, expect_calls in ((False, False), (True, True)):
+        calls.clear()
+        model = load_policy(tiny_model_path)[0]
+        engine = local_engine(model, LearnerConfig(release_host_memory=release), 1e-3)
+        ids = torch.tensor([[1, 2, 3, 4]])
+        engine.backward(model(input_ids=ids).logits.float().mean())
+        engine.step()
+        assert bool(calls) is expect_calls, (release, len(calls))
+
+
 @needs_glibc
 def test_backward_releases_as_it_enters_each_decoder_layer(monkeypatch, tiny_model_path):
     from sao_gym.learner.engine.local import decoder_layers

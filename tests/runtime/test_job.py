@@ -119,6 +119,9 @@ def test_eval_takes_environment_options(tmp_path, capsys):
             "--max-new-tokens", "8", "--out", str(out)]
     assert main([*base, "--env-kwargs", '{operators: "+", max_value: 5}']) == 0
     assert json.loads(out.read_text())["env_kwargs"] == {"operators": "+", "max_value": 5}
+    assert json.loads(out.read_text())["max_context_tokens"] == 2048
+    assert main([*base, "--max-context-tokens", "300"]) == 0
+    assert json.loads(out.read_text())["max_context_tokens"] == 300
     capsys.readouterr()
     assert main([*base, "--env-kwargs", "[1, 2]"]) == 2
     assert "YAML mapping" in capsys.readouterr().err

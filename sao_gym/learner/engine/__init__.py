@@ -140,7 +140,8 @@ def local_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
     model = _prepare(model, config, lora)
     return LocalEngine(model, lr=lr, weight_decay=config.weight_decay,
                        max_grad_norm=config.max_grad_norm, autocast=config.autocast,
-                       device=config.device, lora_scaling=lora.scaling if lora else None)
+                       device=config.device, lora_scaling=lora.scaling if lora else None,
+                       release_memory=config.release_host_memory)
 
 
 def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
@@ -161,7 +162,8 @@ def fsdp_engine(model: torch.nn.Module, config: LearnerConfig, lr: float, *,
     return FSDPEngine(_prepare(model, config, lora), group, lr=lr,
                       weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
                       mixed_precision=config.autocast, device=group.device,
-                      lora_scaling=lora.scaling if lora else None, offload=config.cpu_offload)
+                      lora_scaling=lora.scaling if lora else None, offload=config.cpu_offload,
+                      release_memory=config.release_host_memory)
 
 
 def rank_device(device: str) -> str:

@@ -52,13 +52,15 @@ class FSDPEngine(ModelEngine):
             (the adapters alone are gathered for :meth:`weights`).
         offload: keep the shards (parameters, gradients, AdamW state) in host
             memory, FSDP2's ``CPUOffloadPolicy`` (GPUs).
+        release_memory: as :class:`~sao_gym.learner.engine.local.LocalEngine`'s.
 
     """
 
     def __init__(self, module: torch.nn.Module, group: TorchRankGroup, *, lr: float,
                  weight_decay: float = 0.0, max_grad_norm: float | None = 1.0,
                  mixed_precision: str | None = None, device: str | torch.device = "cpu",
-                 lora_scaling: float | None = None, offload: bool = False):
+                 lora_scaling: float | None = None, offload: bool = False,
+                 release_memory: bool = True):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import (
             CPUOffloadPolicy,
@@ -69,6 +71,7 @@ class FSDPEngine(ModelEngine):
         )
 
         self.device, self.group = torch.device(device), group
+        self.release_memory = release_memory
         self.lora_scaling = lora_scaling
         self.max_grad_norm = max_grad_norm
         self.keeps_logits = "logits_to_keep" in inspect.signature(module.forward).parameters

@@ -145,14 +145,17 @@ class ModelEngine:
         self.release_host_memory()
         return norm, stepped
 
+    release_memory: bool = True
+    """Whether :meth:`release_host_memory` and :meth:`release_in_backward` act (on the CPU)."""
+
     def release_host_memory(self) -> None:
         """On the CPU, hand the memory a pass freed back to the OS (:mod:`.host_memory`)."""
-        if self.device.type == "cpu":
+        if self.release_memory and self.device.type == "cpu":
             release_freed_memory()
 
     def release_in_backward(self, module: torch.nn.Module) -> None:
-        """On the CPU, also release as the backward pass enters each decoder layer."""
-        if self.device.type == "cpu":
+        """On the CPU, also release as a training pass enters each decoder layer."""
+        if self.release_memory and self.device.type == "cpu":
             release_in_backward(decoder_layers(module))
 
 
@@ -171,14 +174,18 @@ class LocalEngine(ModelEngine):
         lora_scaling: ``alpha / rank`` when the module trains LoRA adapters
             (:mod:`sao_gym.learner.lora`): :meth:`weights` are the adapters,
             :meth:`save` writes the merged model.
+        release_memory: on the CPU, return freed heap memory to the OS around
+            training passes (:mod:`.host_memory`; a lower peak for a few % of time).
 
     """
 
     def __init__(self, module: torch.nn.Module, *, lr: float, weight_decay: float = 0.0,
                  max_grad_norm: float | None = 1.0, autocast: str | None = None,
-                 device: str | torch.device = "cpu", lora_scaling: float | None = None):
+                 device: str | torch.device = "cpu", lora_scaling: float | None = None,
+                 release_memory: bool = True):
         self.module, self.lora_scaling = module, lora_scaling
         self.device = torch.device(device)
+        self.release_memory = release_memory
         self.max_grad_norm = max_grad_norm
         self.autocast = autocast
         params = [p for p in module.parameters() if p.requires_grad]

@@ -1,0 +1,295 @@
+"""The thesis at horizon: does SAO's critic pay as the horizon grows?
+
+SAO, the running-mean baseline (single rollout, DIS), GRPO + DIS and GRPO
+without DIS (PPO clip) on ``sao_gym/KeyChain-v0`` at a short and a long
+horizon, the same trajectory budget for every row, three seeds; at the long
+horizon also SAO with ``learner.bootstrap_truncated`` on. One command,
+resumable like ``learning_study.py`` (whose runner it uses: finished runs are
+kept, an interrupted run resumes from its last checkpoint)::
+
+    .venv/bin/python benchmarks/horizon_study.py --out runs/horizon-study
+
+1. **Warm starts**, one per seed, at the short horizon: the generic CPU
+   recipe's supervised warm start (``sao_gym/recipes/cpu.yaml``: the tiny
+   model, a tokenizer trained on the env's text, imitation of the oracle to a
+   greedy held-out target with fitted label smoothing). Both horizons start
+   from it: the skill (copying a key) is the same, only the chain is longer.
+   Its held-out success at each horizon is measured once (``sao-gym eval``).
+2. **Rows x horizons x seeds**, ``sao-gym train`` from the seed's warm
+   checkpoint (``--set`` overrides of the horizon's recipe).
+3. **The critic along an episode**: the final SAO critic of each seed at
+   each horizon scores ``--value-episodes`` held-out episodes of its policy;
+   the value at the start of each turn (the state before its first action
+   token), averaged over solved and failed episodes separately.
+4. **Report** (``OUT/table.md``, ``OUT/summary.json``, ``OUT/plots/``): per
+   horizon, final held-out success (mean ± sd over seeds, and each run's 95%
+   Wilson interval), per seed against SAO on the same warm start; SAO's margin
+   over the running-mean baseline per horizon; curves (training success,
+   explained variance, clip ratio, ...); V per turn, solved vs failed.
+
+``--rows``, ``--horizons`` and ``--seeds`` pick a subset; ``--report`` only
+redraws from what has finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+import learning_study as ls  # noqa: E402  (the study runner: warm starts, runs, tables)
+
+HORIZONS = {"short": 8, "long": 32}
+"""Horizon name -> hops (turns needed: hops + 1; the env allows max(2, hops // 4) more)."""
+
+STEPS = 200
+BATCH = 16
+
+
+def recipe(hops: int) -> dict:
+    """The generic CPU recipe on KeyChain at ``hops`` (token budgets set: see the docs)."""
+    base = yaml.safe_load((Path(ls.__file__).parents[1] / "sao_gym" / "recipes"
+                           / "cpu.yaml").read_text())
+    base.update({"env": "sao_gym/KeyChain-v0", "env_kwargs": {"hops": hops},
+                 "total_steps": STEPS, "eval": {"episodes": 256},
+                 "checkpoint": {"every": 25, "keep": 1}})
+    # The warm start fits the turn budget to its short chains; the context is capped at
+    # the tiny model's 4,096 positions for every horizon (the env's own turn budget
+    # bounds an episode; a 32-hop episode that uses all of it is ~1,500 tokens).
+    base["rollout"].update({"batch_size": BATCH, "max_context_tokens": 4096})
+    return base
+
+
+GROUP = ["rollout.group_size=8"]
+ROWS: dict[str, list[str]] = {
+    "SAO": [],
+    "running-mean baseline (DIS)": ["algorithm=running_mean"],
+    "GRPO+DIS (G=8)": ["algorithm=grpo_dis", *GROUP],
+    "GRPO (G=8, PPO clip, no DIS)": ["algorithm=grpo", *GROUP],
+}
+LONG_ONLY = {"SAO, bootstrap truncated": ["learner.bootstrap_truncated=true"]}
+"""Rows run at the long horizon only."""
+
+
+def rows_at(horizon: str) -> dict[str, list[str]]:
+    return {**ROWS, **(LONG_ONLY if horizon == "long" else {})}
+
+
+def horizon_dir(out: Path, horizon: str) -> Path:
+    path = out / horizon
+    (path / "logs").mkdir(parents=True, exist_ok=True)
+    study = path / "study.yaml"
+    want = recipe(HORIZONS[horizon])
+    if not study.exists():
+        study.write_text(yaml.safe_dump(want, sort_keys=False))
+    elif yaml.safe_load(study.read_text()) != want:
+        raise SystemExit(f"{study} differs from this script's recipe: use another --out")
+    return path
+
+
+def start(out: Path, horizon: str, seed: int) -> Path:
+    """The seed's warm checkpoint as a run dir of ``horizon``: its held-out evaluation there."""
+    warm = ls.warm_start(out / "short", seed)
+    if horizon == "short":
+        return warm
+    run = out / horizon / "warm" / f"seed{seed}"
+    if (run / "eval_before.json").exists():
+        return run
+    (run / "model").mkdir(parents=True, exist_ok=True)
+    link = run / "model" / "warm_start"
+    if not link.exists():
+        link.symlink_to((warm / "model" / "warm_start").resolve())
+    fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
+    ls.log(f"warm start of seed {seed} at the {horizon} horizon: evaluating")
+    cmd = [ls.SAO_GYM, "eval", "--model", str(link), "--env", "sao_gym/KeyChain-v0",
+           "--env-kwargs", f"{{hops: {HORIZONS[horizon]}}}", "--episodes", "256",
+           "--max-new-tokens", str(fitted["max_new_tokens"]), "--temperature", "1.0",
+           "--max-context-tokens", str(recipe(HORIZONS[horizon])["rollout"]["max_context_tokens"]),
+           "--out", str(run / "eval_before.json")]
+    with (out / horizon / "logs" / f"warm-seed{seed}.log").open("a") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True,
+                       env=ls.one_thread_env())
+    return run
+
+
+def run_row(out: Path, horizon: str, name: str, seed: int, steps: int) -> Path:
+    """One row x seed at ``horizon`` from the seed's warm checkpoint (and its start there)."""
+    fitted = yaml.safe_load((out / "short" / "warm" / f"seed{seed}" / "config.yaml")
+                            .read_text())["rollout"]
+    sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
+    return ls.train(out / horizon, start(out, horizon, seed), name, sets, seed, steps)
+
+
+# ---------- the critic along an episode ----------
+
+def turn_values(run: Path, episodes: int) -> dict:
+    """Mean critic value at the start of each turn, solved vs failed episodes."""
+    import asyncio
+
+    import torch
+
+    from sao_gym.evaluation import run_episodes
+    from sao_gym.learner.critic import ValueModel
+    from sao_gym.learner.state import read_state
+    from sao_gym.runtime.build import rollout_factory
+    from sao_gym.runtime.job import EVAL_SEED
+    from sao_gym.runtime.loader import load_config
+
+    config = load_config(run / "config.yaml")
+    last = max((run / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))
+    factory = rollout_factory(config, temperature=config.rollout.temperature)
+
+    async def play() -> list:
+        parts = factory(str(last / "policy"), seed=EVAL_SEED + 7, run_dir=run)
+        try:
+            return await run_episodes(parts.make_env, parts.make_agent, episodes,
+                                      concurrency=config.rollout.concurrency,
+                                      seed=EVAL_SEED + 7, seed_agents=True)
+        finally:
+            await parts.aclose()
+
+    rollouts = [r for r in asyncio.run(play()) if not r.infra_failure and r.token_ids]
+    critic = ValueModel.from_pretrained(last / "policy", num_layers=config.learner.critic_layers)
+    critic.load_state_dict(read_state(last)["critic"])
+    critic.eval()
+    out: dict[str, list[list[float]]] = {"solved": [], "failed": []}
+    with torch.no_grad():
+        for r in rollouts:
+            ids = torch.tensor([r.token_ids])
+            after = critic.values_after(ids, torch.ones_like(ids))[0].tolist()
+            starts = [t for t in range(1, len(r.loss_mask))
+                      if r.loss_mask[t] and not r.loss_mask[t - 1]]
+            out["solved" if r.reward >= 1 else "failed"].append([after[t - 1] for t in starts])
+    return out
+
+
+def values_file(out: Path, horizon: str, seed: int, episodes: int) -> Path | None:
+    run = out / horizon / "runs" / ls.slug("SAO") / f"seed{seed}"
+    path = run / "turn_values.json"
+    if not path.exists() and (run / "eval_after.json").exists():
+        ls.log(f"critic values along episodes: {horizon}, seed {seed}")
+        path.write_text(json.dumps(turn_values(run, episodes)))
+    return path if path.exists() else None
+
+
+def plot_values(out: Path, files: dict[str, list[Path]]) -> Path | None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0 * len(files), 4.0), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(files), squeeze=False)[0]
+    drawn = False
+    for ax, (horizon, paths) in zip(axes, files.items(), strict=True):
+        for color, kind in (("C2", "solved"), ("C3", "failed")):
+            per_turn: dict[int, list[float]] = {}
+            n = 0
+            for p in paths:
+                for episode in json.loads(p.read_text())[kind]:
+                    n += 1
+                    for t, v in enumerate(episode):
+                        per_turn.setdefault(t + 1, []).append(v)
+            if not per_turn:
+                continue
+            turns = sorted(t for t in per_turn if len(per_turn[t]) >= 5)
+            ax.plot(turns, [statistics.mean(per_turn[t]) for t in turns], color=color,
+                    label=f"{kind} ({n} episodes)")
+            drawn = True
+        ax.set_title(f"{horizon} horizon ({HORIZONS[horizon]} hops): SAO critic, all seeds")
+        ax.set_xlabel("turn")
+        ax.set_ylabel("V at the turn's start")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    if not drawn:
+        return None
+    path = out / "plots" / "values_per_turn.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    return path
+
+
+# ---------- report ----------
+
+def wilson(p: float, n: int = 256, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson interval of a success rate ``p`` over ``n`` episodes."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def report(out: Path, horizons: list[str], rows: list[str], seeds: list[int], steps: int,
+           value_episodes: int) -> None:
+    text, summaries = [], {}
+    for horizon in horizons:
+        hdir = out / horizon
+        names = [n for n in rows_at(horizon) if n in rows]
+        rs = [ls.row_summary(hdir, n, seeds, 0.25) for n in names]
+        summaries[horizon] = rs
+        text.append(f"## {horizon} horizon: {HORIZONS[horizon]} hops\n")
+        text.append(ls.table(rs, 0.25, f"{steps} steps x {BATCH} trajectories"))
+        text.append("\nPer run, final success with its 95% interval (256 episodes):\n")
+        for s in rs:
+            runs = ", ".join(f"seed {seed}: {f:.3f} [{wilson(f)[0]:.3f}, {wilson(f)[1]:.3f}]"
+                             for seed, f in zip(s["seeds"], s["final"], strict=True))
+            text.append(f"- {s['row']}: {runs or '-'}")
+        by = {s["row"]: dict(zip(s["seeds"], s["final"], strict=True)) for s in rs}
+        sao, rm = by.get("SAO", {}), by.get("running-mean baseline (DIS)", {})
+        margins = [sao[k] - rm[k] for k in sorted(set(sao) & set(rm))]
+        if margins:
+            text.append(f"\nSAO minus the running-mean baseline, per seed: "
+                        f"{', '.join(f'{m:+.3f}' for m in margins)} (mean "
+                        f"{statistics.mean(margins):+.3f})\n")
+        groups = {n: [hdir / "runs" / ls.slug(n) / f"seed{s}" for s in seeds] for n in names}
+        p = ls.plot(hdir, groups, f"{horizon}.png",
+                    f"KeyChain, {HORIZONS[horizon]} hops: mean over seeds {seeds}")
+        if p:
+            text.append(f"![{horizon}]({p})\n")
+    files = {h: [f for s in seeds if (f := values_file(out, h, s, value_episodes))]
+             for h in horizons}
+    files = {h: fs for h, fs in files.items() if fs}
+    if files:
+        p = plot_values(out, files)
+        if p:
+            text.append(f"![V per turn]({p})\n")
+    (out / "table.md").write_text("\n".join(text) + "\n")
+    (out / "summary.json").write_text(json.dumps(summaries, indent=2))
+    print("\n".join(text))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--horizons", nargs="+", default=list(HORIZONS), choices=list(HORIZONS))
+    p.add_argument("--rows", nargs="+", default=[*ROWS, *LONG_ONLY],
+                   choices=[*ROWS, *LONG_ONLY], metavar="ROW")
+    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--value-episodes", type=int, default=128)
+    p.add_argument("--report", action="store_true", help="only write the table and plots")
+    args = p.parse_args(argv)
+    for h in ("short", *args.horizons):
+        horizon_dir(args.out, h)
+    if not args.report:
+        with ThreadPoolExecutor(args.parallel) as pool:
+            list(pool.map(lambda s: ls.warm_start(args.out / "short", s), args.seeds))
+            jobs = [(h, name, seed) for seed in args.seeds for h in args.horizons
+                    for name in rows_at(h) if name in args.rows]
+            futures = [pool.submit(run_row, args.out, h, name, seed, args.steps)
+                       for h, name, seed in jobs]
+            for f in futures:
+                f.result()
+    report(args.out, args.horizons, args.rows, args.seeds, args.steps, args.value_episodes)
+
+
+if __name__ == "__main__":
+    main()
