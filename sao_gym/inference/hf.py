@@ -233,6 +233,15 @@ class HFBackend:
         """Version of the weights currently used for sampling."""
         return self._version
 
+    def counters(self) -> dict[str, int]:
+        """Prompt tokens so far: ``prefill_tokens`` and ``reused_tokens``.
+
+        Encoded by prefill passes, and whose KV an episode's earlier turn left in
+        the session cache.
+        """
+        return {"prefill_tokens": self.stats.prefill_tokens,
+                "reused_tokens": self.stats.reused_tokens}
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`aclose` was called."""

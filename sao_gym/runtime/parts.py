@@ -95,6 +95,14 @@ class Rollouts:
                       else functools.partial(self.make_agent, seed=sample_seed))
         return await play_episode(self.make_env, make_agent, seed=seed)
 
+    def counters(self) -> dict[str, int]:
+        """The backend's token counters so far (``HFBackend.counters``).
+
+        None for a backend that keeps none, such as a server's client.
+        """
+        counters = getattr(self.backend, "counters", None)
+        return dict(counters()) if counters is not None else {}
+
     async def update_weights(self, weights: Any, version: int) -> None:
         """Serve policy ``version`` from now on."""
         await self.backend.update_weights(weights, version)

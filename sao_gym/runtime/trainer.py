@@ -90,16 +90,16 @@ def batch_metrics(batch: list[Rollout], version: int) -> dict[str, float]:
 
 
 def backend_counters(backend: Any) -> dict[str, float]:
-    """An in-process backend's prompt-token totals so far (``inference/*``; none for others).
+    """The backend's token counters so far as ``inference/*`` metrics.
 
-    Tokens prefilled, and tokens whose KV an episode's earlier turn left in the
-    session cache.
+    None for a backend without ``counters()``.
+    ``HFBackend``: tokens prefilled, and tokens whose KV an episode's earlier turn
+    left in the session cache; on Ray, summed over the rollout workers.
     """
-    stats = getattr(backend, "stats", None)
-    if not hasattr(stats, "reused_tokens"):
+    counters = getattr(backend, "counters", None)
+    if counters is None:
         return {}
-    return {"inference/prefill_tokens": float(stats.prefill_tokens),
-            "inference/reused_tokens": float(stats.reused_tokens)}
+    return {f"inference/{k}": float(v) for k, v in sorted(counters().items())}
 
 
 def without_empty_groups(batch: list[Rollout]) -> list[Rollout]:

@@ -34,6 +34,7 @@ class FakeWorker:
         self.version = 0
         self.dead = asyncio.Event()
         self.started = []  # seeds begun here
+        self.played = 0  # episodes finished here (its counters grow with them)
         self.ready = Method(self._ready)
         self.play = Method(self._play)
         self.update_weights = Method(self._update)
@@ -61,11 +62,13 @@ class FakeWorker:
                 await self._update(version, box)
             self.started.append(seed)
             await asyncio.sleep(self.delay)
+            self.played += 1
+            counters = {"prefill_tokens": 10 * self.played, "reused_tokens": self.played}
             return Rollout(token_ids=[1, 2], loss_mask=[0, 1], rollout_logprobs=[0.0, -1.0],
                            policy_versions=[-1, self.version], reward=float(seed),
                            terminated=True, truncated=False, stop_reason=StopReason.TERMINATED,
                            infra_failure=False, messages=[], env_id="fake", task_id=str(seed),
-                           seed=seed)
+                           seed=seed), counters
         return await self._guard(run())
 
     async def _update(self, version, box):
@@ -98,6 +101,8 @@ async def test_episodes_spread_over_workers_within_capacity():
     assert sorted(r.seed for r in rollouts) == list(range(12))
     assert sorted(len(w.started) for w in spawned) == [6, 6]
     assert [s["episodes"] for s in pool.stats()] == [6, 6]
+    # each worker reports its running totals; the pool sums the latest of each
+    assert pool.counters() == {"prefill_tokens": 120, "reused_tokens": 12}
 
 
 async def test_a_dead_worker_is_replaced_once_and_its_unfinished_episodes_rerun(caplog):
@@ -119,6 +124,22 @@ async def test_a_dead_worker_is_replaced_once_and_its_unfinished_episodes_rerun(
     stats = pool.stats()
     assert stats[0]["pid"] == replacement.pid != victim.pid and stats[0]["restarts"] == 1
     assert f"rollout worker 0 restarted: pid {victim.pid} -> {replacement.pid}" in caplog.text
+    # the victim finished none of its episodes: the totals are the survivor's and the
+    # replacement's (a dead worker's last report would be kept)
+    assert pool.counters() == {"prefill_tokens": 10 * (4 + len(replacement.started)),
+                               "reused_tokens": 4 + len(replacement.started)}
+
+
+async def test_a_dead_workers_counters_stay_in_the_totals():
+    pool, spawned = make_pool(workers=1, capacity=1)
+    await pool.start()
+    for seed in range(3):
+        await pool.play(seed)
+    assert pool.counters() == {"prefill_tokens": 30, "reused_tokens": 3}
+    spawned[0].die()
+    await pool.play(3)  # fails on the dead worker, reruns on its replacement
+    assert len(spawned) == 2 and spawned[1].played == 1
+    assert pool.counters() == {"prefill_tokens": 40, "reused_tokens": 4}
 
 
 async def test_a_worker_that_keeps_dying_is_given_up_then_no_workers_left():

@@ -32,6 +32,22 @@ class FlakyArithmetic(ArithmeticEnv):
 
 
 
+class SlowArithmetic(ArithmeticEnv):
+    """Each tool call takes 0.3 s, as a real tool would: an episode outlasts a learner step."""
+
+    async def on_step(self, action):
+        await asyncio.sleep(0.3)
+        return await super().on_step(action)
+
+
+@pytest.fixture
+def slow_env():
+    """``tests/SlowArithmetic-v0``, registered only while the test runs."""
+    sao_gym.register("tests/SlowArithmetic-v0", SlowArithmetic, max_episode_steps=6)
+    yield "tests/SlowArithmetic-v0"
+    sao_gym.registration.unregister("tests/SlowArithmetic-v0")
+
+
 @pytest.fixture
 def flaky_env():
     """``tests/FlakyArithmetic-v0``, registered only while the test runs (the registry-wide
@@ -53,8 +69,12 @@ def _train(tmp_path, tiny_model_path, *overrides):
     return cfg, last, read_metrics(tmp_path / "run")
 
 
-def test_in_flight_updates_mix_policy_versions_within_a_trajectory(tmp_path, tiny_model_path):
-    cfg, last, rows = _train(tmp_path, tiny_model_path, "total_steps=6", "rollout.batch_size=1",
+def test_in_flight_updates_mix_policy_versions_within_a_trajectory(tmp_path, tiny_model_path,
+                                                                   slow_env):
+    # with the per-episode KV cache a tiny-model turn is quick; slow tools keep episodes
+    # running while the learner steps, so updates land between their turns
+    cfg, last, rows = _train(tmp_path, tiny_model_path, f"env={slow_env}",
+                             "total_steps=6", "rollout.batch_size=1",
                              "rollout.concurrency=4", "rollout.max_episode_steps=6",
                              "rollout.max_staleness=8")
     assert [r["step"] for r in rows] == list(range(1, 7))

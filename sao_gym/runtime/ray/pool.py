@@ -21,6 +21,7 @@ given up; when no worker is left, every episode fails with
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class _Slot:
     alive: bool = False
     episodes: int = 0
     versions: set[int] = field(default_factory=set)
+    counters: dict[str, int] = field(default_factory=dict)  # this generation's, latest
 
 
 class WorkerPool:
@@ -87,6 +89,7 @@ class WorkerPool:
         self._replacing: dict[int, asyncio.Task] = {}
         self._on_close = on_close
         self._closed = False
+        self._retired: collections.Counter[str] = collections.Counter()  # dead workers'
 
     @property
     def restarts(self) -> int:
@@ -125,8 +128,8 @@ class WorkerPool:
             slot = await self._acquire()
             generation = slot.generation
             try:
-                rollout = await slot.handle.play.remote(seed, self.version, self.box,
-                                                        sample_seed)
+                rollout, counters = await slot.handle.play.remote(seed, self.version,
+                                                                  self.box, sample_seed)
             except self.dead_errors as e:
                 await self._release(slot)
                 await self._lost(slot, generation, e)
@@ -135,6 +138,8 @@ class WorkerPool:
                 await self._release(slot)
                 raise
             await self._release(slot)
+            if slot.generation == generation:
+                slot.counters = counters
             slot.episodes += 1
             slot.versions.update(v for v, m in zip(rollout.policy_versions, rollout.loss_mask,
                                                    strict=True) if m)
@@ -172,6 +177,8 @@ class WorkerPool:
                 return  # already being replaced (or closing)
             slot.generation += 1
             slot.alive = False
+            self._retired.update(slot.counters)
+            slot.counters = {}
             self._changed.notify_all()
             try:
                 n = self._restarts.spend(slot.index, f"rollout worker {slot.index}")
@@ -242,6 +249,17 @@ class WorkerPool:
                     pass
         if self._on_close is not None:
             await self._on_close()
+
+    def counters(self) -> dict[str, int]:
+        """The workers' backend counters summed (``Rollouts.counters``).
+
+        As of each worker's latest finished episode; dead workers' last reports
+        included.
+        """
+        total = collections.Counter(self._retired)
+        for s in self.slots:
+            total.update(s.counters)
+        return dict(total)
 
     def stats(self) -> list[dict[str, Any]]:
         """Per worker: index, pid, restarts, episodes delivered, policy versions sampled."""

@@ -83,10 +83,11 @@ class RolloutWorker:
                 "node_id": ray.get_runtime_context().get_node_id(), "episodes": self.episodes}
 
     async def play(self, seed: int, version: int, box: list | None,
-                   sample_seed: int | None = None) -> Any:
-        """One episode on the task of ``seed``, after catching up to ``version``.
+                   sample_seed: int | None = None) -> tuple[Any, dict[str, int]]:
+        """One episode on ``seed``'s task, and this worker's backend counters after it.
 
-        Its agent samples with ``sample_seed``.
+        The worker catches up to ``version`` first; its agent samples with
+        ``sample_seed``. The counters are ``Rollouts.counters``.
         """
         task = asyncio.current_task()
         assert task is not None
@@ -97,7 +98,7 @@ class RolloutWorker:
         finally:
             self._running.discard(task)
         self.episodes += 1
-        return rollout
+        return rollout, self.rollouts.counters()
 
     async def update_weights(self, version: int, box: list | None) -> int:
         """Load policy ``version`` from ``box`` unless it is here already; the version now."""
