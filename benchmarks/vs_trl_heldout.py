@@ -1,0 +1,299 @@
+"""TRL's GRPOTrainer against SAO on held-out success: the same warm start, the same wall clock.
+
+On ``sao_gym/KeyChain-v0`` at ``--hops`` (default 8: the horizon study's short
+horizon, ``horizon_study.recipe``), per seed:
+
+1. **Warm start** (``OUT/warm/seedN``): the generic CPU recipe's supervised warm
+   start, with ``chat_template: chatml``: tool calls as ``<tool_call>`` JSON
+   blocks, which TRL reads back with the tokenizer's ``response_template``
+   (the recipe's default ``compact`` template has the model write
+   ``lookup(4817)``, a syntax our agent parses and TRL does not).
+2. **SAO** (``OUT/runs/sao/seedN``): ``sao-gym train`` from that checkpoint,
+   ``--steps`` steps of the recipe (``learning_study.train``), evaluated on the
+   held-out seeds at the end.
+3. **TRL** (``OUT/runs/trl/seedN``): ``GRPOTrainer`` through our TRL adapter
+   (:func:`sao_gym.adapters.trl.environment`) from the same checkpoint, for as
+   long as the SAO run's training loop took (its last ``time/elapsed_s``,
+   summed over resumed segments), then ``sao-gym eval`` with the SAO run's
+   held-out seeds, episodes, temperature, turn and context budgets.
+
+Every run is a process of its own with one torch thread, two at a time
+(``--parallel``)::
+
+    .venv/bin/python benchmarks/vs_trl_heldout.py --out runs/vs-trl-keychain
+
+TRL settings: ``num_generations`` ``--generations`` (G) of the same prompt,
+``per_device_train_batch_size`` the recipe's batch (16: 16/G prompts a step),
+``beta=0``, temperature 1, constant learning rate ``--lr`` (default: the
+recipe's, SAO's), gradient clipping 1.0, ``max_completion_length`` the env's
+whole turn budget (turns x (the fitted ``max_new_tokens`` + ``--obs-tokens``)),
+``max_tool_calling_iterations`` the env's turn budget. TRL ends an episode when
+the model stops calling tools: after ``submit`` the model may still call one,
+which the adapter answers with an error; the reward is unchanged.
+
+Report (``OUT/table.md``, ``OUT/results.json``): per seed, held-out success
+before (the warm start's evaluation), after SAO and after TRL, each with its
+95% interval; the trajectories each side trained on in that wall time.
+``--smoke``: every part on numbers too small to mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _runs import child_env, peak_rss_mb, read_json, run_logged, say, write_json
+
+OBS_TOKENS = 48
+"""Room per turn for the env's answer in TRL's completion budget (a KeyChain answer
+is ~28 tokens of the study's tokenizer)."""
+
+
+def loop_seconds(run: Path) -> float:
+    """A run's training-loop wall time: its ``time/elapsed_s``, summed over resumed segments."""
+    from sao_gym.logging import read_metrics
+
+    total = last = 0.0
+    for row in read_metrics(run):
+        t = float(row["time/elapsed_s"])
+        if t < last:  # a resume restarts the clock
+            total += last
+        last = t
+    return total + last
+
+
+def episode_turns(env_id: str, env_kwargs: dict[str, Any]) -> int:
+    """The turns an episode may take: the env's own budget (``turn_budget`` after a
+    reset, as KeyChain has) or its registered turn limit, whichever is smaller."""
+    import sao_gym
+
+    env = sao_gym.make(env_id, **env_kwargs)
+    try:
+        env.reset(seed=0)
+        limits = [getattr(env.unwrapped, "turn_budget", None), env.spec.max_episode_steps]
+        known = [int(x) for x in limits if x]
+        if not known:
+            raise SystemExit(f"{env_id} has no turn limit to size TRL's completions by")
+        return min(known)
+    finally:
+        env.close()
+
+
+# ---------- one TRL run (a worker process: this file with --trl-worker SPEC) ----------
+
+
+def trl_worker(spec_path: Path) -> None:
+    """GRPOTrainer from the spec's warm checkpoint for ``wall_s`` seconds; save the policy."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from sao_gym.adapters.trl import environment
+
+    spec = read_json(spec_path)
+    run_dir = Path(spec["run_dir"])
+
+    class WallClock(TrainerCallback):
+        """Stops training once ``wall_s`` seconds of the loop are spent."""
+
+        start = end = 0.0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            spent = time.monotonic() - self.start
+            say(f"trl step {state.global_step}: {spent:.0f} of {spec['wall_s']:.0f} s")
+            if spent >= spec["wall_s"]:
+                control.should_training_stop = True
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.end = time.monotonic()
+
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"])
+    # training prompts: seeds of their own, far from the held-out ones
+    first = 2_000_000 + 100_000 * spec["seed"]
+    env = environment(spec["env"], seeds=range(first, first + 100_000), **spec["env_kwargs"])
+    config = GRPOConfig(
+        output_dir=str(run_dir / "trl_out"), learning_rate=spec["lr"],
+        lr_scheduler_type="constant", warmup_steps=0, max_steps=1_000_000,
+        per_device_train_batch_size=spec["batch"], gradient_accumulation_steps=1,
+        num_generations=spec["generations"], max_completion_length=spec["completion_tokens"],
+        max_tool_calling_iterations=spec["max_turns"],
+        temperature=1.0, top_p=1.0, top_k=0, beta=0.0, max_grad_norm=1.0,
+        activation_checkpointing=False, use_cpu=True, bf16=False, fp16=False,
+        report_to="none", logging_steps=1, save_strategy="no", disable_tqdm=True,
+        dataloader_num_workers=0, seed=spec["seed"])
+    clock = WallClock()
+    trainer = GRPOTrainer(model=model, args=config, train_dataset=env.train_dataset,
+                          processing_class=tokenizer, reward_funcs=env.reward_funcs,
+                          environment_factory=env.environment_factory, callbacks=[clock])
+    trainer.train()
+    history = [h for h in trainer.state.log_history if "rewards/env_reward/mean" in h]
+    for pool in trainer._environment_pool.values():
+        for instance in pool:
+            instance._session.close()
+    policy = run_dir / "policy"
+    trainer.model.save_pretrained(policy)
+    tokenizer.save_pretrained(policy)
+    write_json(run_dir / "train.json", {
+        "steps": trainer.state.global_step,
+        "trajectories": trainer.state.global_step * spec["batch"],
+        "wall_s": round(clock.end - clock.start, 1),
+        "reward_first5": statistics.mean(h["rewards/env_reward/mean"] for h in history[:5]),
+        "reward_last5": statistics.mean(h["rewards/env_reward/mean"] for h in history[-5:]),
+        "completion_length_mean": statistics.mean(h.get("completions/mean_length", 0.0)
+                                                  for h in history),
+        "tool_calls_per_episode": statistics.mean(h.get("tools/call_frequency", 0.0)
+                                                  for h in history),
+        "peak_rss_mb": peak_rss_mb()})
+
+
+# ---------- the driver ----------
+
+
+def study_recipe(hops: int, smoke: bool) -> dict[str, Any]:
+    """``horizon_study.recipe(hops)`` with JSON tool calls (smaller with ``smoke``)."""
+    from horizon_study import recipe
+
+    r = recipe(hops)
+    r["chat_template"] = "chatml"
+    if smoke:
+        r["warm_start"].update({"steps": 4, "episodes": 32, "holdout_episodes": 8,
+                                "target_success": 0.0, "min_sampled_success": 0.0})
+        r["eval"]["episodes"] = 16
+    return r
+
+
+def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> Path:
+    """TRL from ``warm`` for ``sao_run``'s loop time; evaluated as ``sao_run`` was."""
+    from learning_study import SAO_GYM, log
+
+    config = yaml.safe_load((sao_run / "config.yaml").read_text())
+    run_dir = args.out / "runs" / "trl" / f"seed{seed}"
+    result = run_dir / "eval_after.json"
+    if result.exists():
+        return run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    turns = episode_turns(config["env"], config["env_kwargs"])
+    new_tokens = config["rollout"]["max_new_tokens"]
+    spec = {"run_dir": str(run_dir), "model": str(warm / "model" / "warm_start"),
+            "env": config["env"], "env_kwargs": config["env_kwargs"], "seed": seed,
+            "wall_s": loop_seconds(sao_run), "lr": args.lr or config["learner"]["lr"],
+            "batch": config["rollout"]["batch_size"], "generations": args.generations,
+            "max_turns": turns, "completion_tokens": turns * (new_tokens + args.obs_tokens)}
+    if not (run_dir / "train.json").exists():
+        write_json(run_dir / "spec.json", spec)
+        log(f"start TRL, seed {seed}: {spec['wall_s']:.0f} s")
+        run_logged([sys.executable, str(Path(__file__).resolve()), "--trl-worker",
+                    str(run_dir / "spec.json")], run_dir / "train.log", child_env(1),
+                   f"the TRL run of seed {seed}")
+    log(f"TRL, seed {seed}: evaluating")
+    shutil.copy(warm / "eval_before.json", run_dir / "eval_before.json")
+    cmd = [SAO_GYM, "eval", "--model", str(run_dir / "policy"), "--env", config["env"],
+           "--env-kwargs", json.dumps(config["env_kwargs"]),
+           "--episodes", str(config["eval"]["episodes"]), "--max-new-tokens", str(new_tokens),
+           "--temperature", str(config["eval"].get("temperature")
+                                or config["rollout"]["temperature"]),
+           "--max-context-tokens", str(config["rollout"]["max_context_tokens"]),
+           "--out", str(result)]
+    with (run_dir / "eval.log").open("a") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, env=child_env(1))
+    log(f"done TRL, seed {seed}")
+    return run_dir
+
+
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Warm start, SAO, then TRL for SAO's wall time: the seed's three evaluations."""
+    import learning_study as ls
+
+    warm = ls.warm_start(args.out, seed)
+    fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]["max_new_tokens"]
+    sao_run = ls.train(args.out, warm, "SAO", [f"rollout.max_new_tokens={fitted}"], seed,
+                       args.steps)
+    trl_dir = trl_run(args, seed, sao_run, warm)
+    config = yaml.safe_load((sao_run / "config.yaml").read_text())
+    return {"seed": seed, "before": read_json(warm / "eval_before.json"),
+            "sao": read_json(sao_run / "eval_after.json"),
+            "trl": read_json(trl_dir / "eval_after.json"),
+            "sao_wall_s": round(loop_seconds(sao_run), 1),
+            "sao_trajectories": config["total_steps"] * config["rollout"]["batch_size"],
+            "trl_train": read_json(trl_dir / "train.json")}
+
+
+def _rate(summary: dict[str, Any]) -> float:
+    return float(summary["success_rate"])
+
+
+def _cell(summary: dict[str, Any]) -> str:
+    from sao_gym.evaluation import summary_interval
+
+    lo, hi = summary_interval(summary)
+    return f"{_rate(summary):.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def report(out: Path, results: list[dict[str, Any]]) -> str:
+    lines = ["## TRL GRPOTrainer vs SAO: the same warm start and wall clock\n",
+             "| seed | before | SAO after | TRL after | SAO: trajectories / s of loop | "
+             "TRL: trajectories / s of loop | TRL train reward first 5 -> last 5 steps |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        t = r["trl_train"]
+        lines.append(f"| {r['seed']} | {_cell(r['before'])} | {_cell(r['sao'])} | "
+                     f"{_cell(r['trl'])} | {r['sao_trajectories']} / {r['sao_wall_s']:.0f} | "
+                     f"{t['trajectories']} / {t['wall_s']:.0f} | "
+                     f"{t['reward_first5']:.3f} -> {t['reward_last5']:.3f} |")
+    gains = [(_rate(r["sao"]) - _rate(r["before"]), _rate(r["trl"]) - _rate(r["before"]))
+             for r in results]
+    if gains:
+        lines.append(f"\nGain over the warm start, mean over seeds: SAO "
+                     f"{statistics.mean(g[0] for g in gains):+.3f}, TRL "
+                     f"{statistics.mean(g[1] for g in gains):+.3f}\n")
+    text = "\n".join(lines)
+    (out / "table.md").write_text(text + "\n")
+    write_json(out / "results.json", results)
+    return text
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trl-worker", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--hops", type=int, default=8)
+    p.add_argument("--steps", type=int, default=200, help="SAO's learner steps")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--generations", type=int, default=8)
+    p.add_argument("--lr", type=float, default=None, help="TRL's (default: the recipe's)")
+    p.add_argument("--obs-tokens", type=int, default=OBS_TOKENS)
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    if args.trl_worker:
+        trl_worker(args.trl_worker)
+        return
+    if args.out is None:
+        p.error("--out is required")
+    (args.out / "logs").mkdir(parents=True, exist_ok=True)
+    study, want = args.out / "study.yaml", study_recipe(args.hops, args.smoke)
+    if not study.exists():
+        study.write_text(yaml.safe_dump(want, sort_keys=False))
+    elif yaml.safe_load(study.read_text()) != want:
+        raise SystemExit(f"{study} differs from this script's recipe: use another --out")
+    with ThreadPoolExecutor(args.parallel) as pool:
+        results = list(pool.map(lambda s: run_seed(args, s), args.seeds))
+    print(report(args.out, results))
+
+
+if __name__ == "__main__":
+    main()
