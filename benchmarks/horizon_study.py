@@ -9,14 +9,17 @@ kept, an interrupted run resumes from its last checkpoint)::
 
     .venv/bin/python benchmarks/horizon_study.py --out runs/horizon-study
 
-1. **Warm starts**, one per seed, at the short horizon: the generic CPU
-   recipe's supervised warm start (``sao_gym/recipes/cpu.yaml``: the tiny
-   model, a tokenizer trained on the env's text, imitation of the oracle to a
-   greedy held-out target with fitted label smoothing). Both horizons start
-   from it: the skill (copying a key) is the same, only the chain is longer.
-   Its held-out success at each horizon is measured once (``sao-gym eval``).
+1. **Warm starts**, one per seed and horizon: the generic CPU recipe's
+   supervised warm start (``sao_gym/recipes/cpu.yaml``: the tiny model, a
+   tokenizer trained on the env's text, imitation of the oracle to a greedy
+   held-out target, label smoothing fitted to the horizon's episodes) at that
+   horizon. (A short-horizon warm start samples 32-hop episodes with success
+   0/256: its per-turn slips compound over 33 turns, and a row without a
+   single reward has nothing to learn from. Fitted per horizon, both start
+   near the same sampled success.)
 2. **Rows x horizons x seeds**, ``sao-gym train`` from the seed's warm
-   checkpoint (``--set`` overrides of the horizon's recipe).
+   checkpoint of that horizon (``--set`` overrides of the horizon's recipe),
+   ``STEPS[horizon]`` learner steps of 16 trajectories each.
 3. **The critic along an episode**: the final SAO critic of each seed at
    each horizon scores ``--value-episodes`` held-out episodes of its policy;
    the value at the start of each turn (the state before its first action
@@ -35,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,16 +51,19 @@ import learning_study as ls  # noqa: E402  (the study runner: warm starts, runs,
 HORIZONS = {"short": 8, "long": 32}
 """Horizon name -> hops (turns needed: hops + 1; the env allows max(2, hops // 4) more)."""
 
-STEPS = 200
+STEPS = {"short": 200, "long": 100}
+"""Learner steps per run: the same trajectory budget for every row of a horizon. A
+32-hop step costs ~5x an 8-hop one on 2 cores (~70 min for 200 steps), so the long
+horizon gets half the trajectories (still ~2x the tokens)."""
 BATCH = 16
 
 
-def recipe(hops: int) -> dict:
+def recipe(hops: int, steps: int = STEPS["short"]) -> dict:
     """The generic CPU recipe on KeyChain at ``hops`` (token budgets set: see the docs)."""
     base = yaml.safe_load((Path(ls.__file__).parents[1] / "sao_gym" / "recipes"
                            / "cpu.yaml").read_text())
     base.update({"env": "sao_gym/KeyChain-v0", "env_kwargs": {"hops": hops},
-                 "total_steps": STEPS, "eval": {"episodes": 256},
+                 "total_steps": steps, "eval": {"episodes": 256},
                  "checkpoint": {"every": 25, "keep": 1}})
     # The warm start fits the turn budget to its short chains; the context is capped at
     # the tiny model's 4,096 positions for every horizon (the env's own turn budget
@@ -87,7 +91,7 @@ def horizon_dir(out: Path, horizon: str) -> Path:
     path = out / horizon
     (path / "logs").mkdir(parents=True, exist_ok=True)
     study = path / "study.yaml"
-    want = recipe(HORIZONS[horizon])
+    want = recipe(HORIZONS[horizon], STEPS[horizon])
     if not study.exists():
         study.write_text(yaml.safe_dump(want, sort_keys=False))
     elif yaml.safe_load(study.read_text()) != want:
@@ -95,37 +99,12 @@ def horizon_dir(out: Path, horizon: str) -> Path:
     return path
 
 
-def start(out: Path, horizon: str, seed: int) -> Path:
-    """The seed's warm checkpoint as a run dir of ``horizon``: its held-out evaluation there."""
-    warm = ls.warm_start(out / "short", seed)
-    if horizon == "short":
-        return warm
-    run = out / horizon / "warm" / f"seed{seed}"
-    if (run / "eval_before.json").exists():
-        return run
-    (run / "model").mkdir(parents=True, exist_ok=True)
-    link = run / "model" / "warm_start"
-    if not link.exists():
-        link.symlink_to((warm / "model" / "warm_start").resolve())
-    fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
-    ls.log(f"warm start of seed {seed} at the {horizon} horizon: evaluating")
-    cmd = [ls.SAO_GYM, "eval", "--model", str(link), "--env", "sao_gym/KeyChain-v0",
-           "--env-kwargs", f"{{hops: {HORIZONS[horizon]}}}", "--episodes", "256",
-           "--max-new-tokens", str(fitted["max_new_tokens"]), "--temperature", "1.0",
-           "--max-context-tokens", str(recipe(HORIZONS[horizon])["rollout"]["max_context_tokens"]),
-           "--out", str(run / "eval_before.json")]
-    with (out / horizon / "logs" / f"warm-seed{seed}.log").open("a") as f:
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True,
-                       env=ls.one_thread_env())
-    return run
-
-
 def run_row(out: Path, horizon: str, name: str, seed: int, steps: int) -> Path:
-    """One row x seed at ``horizon`` from the seed's warm checkpoint (and its start there)."""
-    fitted = yaml.safe_load((out / "short" / "warm" / f"seed{seed}" / "config.yaml")
-                            .read_text())["rollout"]
+    """One row x seed at ``horizon`` from the seed's warm checkpoint of that horizon."""
+    warm = ls.warm_start(out / horizon, seed)
+    fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
     sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
-    return ls.train(out / horizon, start(out, horizon, seed), name, sets, seed, steps)
+    return ls.train(out / horizon, warm, name, sets, seed, steps)
 
 
 # ---------- the critic along an episode ----------
@@ -218,20 +197,21 @@ def plot_values(out: Path, files: dict[str, list[Path]]) -> Path | None:
 
 # ---------- report ----------
 
-def wilson(p: float, n: int = 256, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson interval of a success rate ``p`` over ``n`` episodes."""
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+def wilson(p: float, n: int = 256) -> tuple[float, float]:
+    """95% interval of a success rate ``p`` over ``n`` episodes (the recipe's 256)."""
+    from sao_gym.evaluation import wilson_interval
+
+    return wilson_interval(round(p * n), n)
 
 
-def report(out: Path, horizons: list[str], rows: list[str], seeds: list[int], steps: int,
-           value_episodes: int) -> None:
+def report(out: Path, horizons: list[str], rows: list[str], seeds: list[int],
+           steps_of: dict[str, int], value_episodes: int) -> None:
     text, summaries = [], {}
     for horizon in horizons:
         hdir = out / horizon
         names = [n for n in rows_at(horizon) if n in rows]
         rs = [ls.row_summary(hdir, n, seeds, 0.25) for n in names]
+        steps = steps_of.get(horizon, STEPS[horizon])
         summaries[horizon] = rs
         text.append(f"## {horizon} horizon: {HORIZONS[horizon]} hops\n")
         text.append(ls.table(rs, 0.25, f"{steps} steps x {BATCH} trajectories"))
@@ -272,23 +252,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--horizons", nargs="+", default=list(HORIZONS), choices=list(HORIZONS))
     p.add_argument("--rows", nargs="+", default=[*ROWS, *LONG_ONLY],
                    choices=[*ROWS, *LONG_ONLY], metavar="ROW")
-    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--steps", type=int, default=None,
+                   help="learner steps of every run (default: STEPS of each horizon)")
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--value-episodes", type=int, default=128)
     p.add_argument("--report", action="store_true", help="only write the table and plots")
     args = p.parse_args(argv)
-    for h in ("short", *args.horizons):
+    steps_of = {h: args.steps or STEPS[h] for h in args.horizons}
+    for h in args.horizons:
         horizon_dir(args.out, h)
     if not args.report:
         with ThreadPoolExecutor(args.parallel) as pool:
-            list(pool.map(lambda s: ls.warm_start(args.out / "short", s), args.seeds))
-            jobs = [(h, name, seed) for seed in args.seeds for h in args.horizons
+            warm = [(h, s) for h in args.horizons for s in args.seeds]
+            list(pool.map(lambda hs: ls.warm_start(args.out / hs[0], hs[1]), warm))
+            jobs = [(h, name, seed) for h in args.horizons for seed in args.seeds
                     for name in rows_at(h) if name in args.rows]
-            futures = [pool.submit(run_row, args.out, h, name, seed, args.steps)
+            futures = [pool.submit(run_row, args.out, h, name, seed, steps_of[h])
                        for h, name, seed in jobs]
             for f in futures:
                 f.result()
-    report(args.out, args.horizons, args.rows, args.seeds, args.steps, args.value_episodes)
+    report(args.out, args.horizons, args.rows, args.seeds, steps_of, args.value_episodes)
 
 
 if __name__ == "__main__":
