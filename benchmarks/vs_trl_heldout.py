@@ -170,7 +170,7 @@ def study_recipe(hops: int, smoke: bool) -> dict[str, Any]:
     r["chat_template"] = "chatml"
     if smoke:
         r["warm_start"].update({"steps": 4, "episodes": 32, "holdout_episodes": 8,
-                                "target_success": 0.0, "min_sampled_success": 0.0})
+                                "target_success": None, "min_sampled_success": None})
         r["eval"]["episodes"] = 16
     return r
 
