@@ -31,15 +31,21 @@ kept, an interrupted run resumes from its last checkpoint)::
    explained variance, clip ratio, ...); V per turn, solved vs failed.
 
 ``--rows``, ``--horizons`` and ``--seeds`` pick a subset; ``--report`` only
-redraws from what has finished.
+redraws from what has finished. ``--archive DIR`` keeps every finished run's
+small files (config, evaluations, critic values, gzipped metrics) in DIR and
+restores them into ``--out`` first, so a study too long for one sitting spreads
+over several (the checked-in one: ``docs/data/horizon_study``).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import statistics
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,12 +105,64 @@ def horizon_dir(out: Path, horizon: str) -> Path:
     return path
 
 
-def run_row(out: Path, horizon: str, name: str, seed: int, steps: int) -> Path:
-    """One row x seed at ``horizon`` from the seed's warm checkpoint of that horizon."""
-    warm = ls.warm_start(out / horizon, seed)
-    fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
-    sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
-    return ls.train(out / horizon, warm, name, sets, seed, steps)
+_WARM_LOCKS: dict[tuple[str, int], threading.Lock] = {}
+
+
+def run_row(out: Path, horizon: str, name: str, seed: int, steps: int,
+            archive: Path | None = None, value_episodes: int = 128) -> Path:
+    """One row x seed at ``horizon`` from the seed's warm checkpoint of that horizon.
+
+    A finished run is kept (and its warm start not remade); with ``archive``, a
+    finished run's small files go there (the SAO row's critic values first).
+    """
+    run = out / horizon / "runs" / ls.slug(name) / f"seed{seed}"
+    if not (run / "eval_after.json").exists():
+        with _WARM_LOCKS.setdefault((horizon, seed), threading.Lock()):  # made once
+            warm = ls.warm_start(out / horizon, seed)
+        fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
+        sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
+        run = ls.train(out / horizon, warm, name, sets, seed, steps)
+    if name == "SAO":
+        values_file(out, horizon, seed, value_episodes)
+    if archive is not None:
+        keep(run, archive / run.relative_to(out))
+    return run
+
+
+KEPT = ("config.yaml", "eval_before.json", "eval_after.json", "turn_values.json")
+"""A finished run's files :func:`keep` archives (and its metrics, gzipped)."""
+
+
+def keep(run: Path, dest: Path) -> None:
+    """Copy a finished run's small files to ``dest`` (metrics as ``metrics.jsonl.gz``)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        if (run / name).exists():
+            shutil.copy(run / name, dest / name)
+    with (run / "metrics.jsonl").open("rb") as f, (dest / "metrics.jsonl.gz").open("wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:  # the same bytes every time
+        shutil.copyfileobj(f, g)
+
+
+def restore(archive: Path, out: Path) -> int:
+    """Bring archived finished runs back into ``out`` (where missing); how many."""
+    n = 0
+    for done in archive.glob("*/runs/*/seed*/eval_after.json"):
+        src = done.parent
+        dest = out / src.relative_to(archive)
+        if (dest / "eval_after.json").exists():
+            continue
+        if dest.exists():
+            shutil.rmtree(dest)
+        dest.mkdir(parents=True)
+        for name in KEPT:
+            if (src / name).exists():
+                shutil.copy(src / name, dest / name)
+        with gzip.open(src / "metrics.jsonl.gz", "rb") as g, (dest / "metrics.jsonl").open(
+                "wb") as f:
+            shutil.copyfileobj(g, f)
+        n += 1
+    return n
 
 
 # ---------- the critic along an episode ----------
@@ -257,17 +315,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--value-episodes", type=int, default=128)
     p.add_argument("--report", action="store_true", help="only write the table and plots")
+    p.add_argument("--archive", type=Path, default=None,
+                   help="keep finished runs' small files here and resume from them (a "
+                        "study spread over machines or sessions; e.g. docs/data/horizon_study)")
     args = p.parse_args(argv)
     steps_of = {h: args.steps or STEPS[h] for h in args.horizons}
     for h in args.horizons:
         horizon_dir(args.out, h)
+    if args.archive is not None:
+        ls.log(f"{restore(args.archive, args.out)} finished runs restored from {args.archive}")
     if not args.report:
         with ThreadPoolExecutor(args.parallel) as pool:
-            warm = [(h, s) for h in args.horizons for s in args.seeds]
-            list(pool.map(lambda hs: ls.warm_start(args.out / hs[0], hs[1]), warm))
             jobs = [(h, name, seed) for h in args.horizons for seed in args.seeds
                     for name in rows_at(h) if name in args.rows]
-            futures = [pool.submit(run_row, args.out, h, name, seed, steps_of[h])
+            futures = [pool.submit(run_row, args.out, h, name, seed, steps_of[h],
+                                   args.archive, args.value_episodes)
                        for h, name, seed in jobs]
             for f in futures:
                 f.result()
