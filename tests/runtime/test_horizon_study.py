@@ -1,0 +1,86 @@
+"""benchmarks/horizon_study.py and vs_trl_heldout.py: archive, resume, clock (no training)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import import_benchmark
+
+
+@pytest.fixture(scope="module")
+def study():
+    return import_benchmark("horizon_study")
+
+
+def _finished_run(run: Path, rows: list[dict]) -> None:
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "config.yaml").write_text("seed: 3\n")
+    (run / "eval_before.json").write_text(json.dumps({"success_rate": 0.1}))
+    (run / "eval_after.json").write_text(json.dumps({"success_rate": 0.6}))
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "big.bin").write_bytes(b"\0" * 1000)
+
+
+def test_archive_keeps_small_files_and_restores_them(study, tmp_path):
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    rows = [{"step": n, "time/elapsed_s": 2.0 * n} for n in range(1, 4)]
+    run = out / "long" / "runs" / "sao" / "seed3"
+    _finished_run(run, rows)
+    study.keep(run, archive / "long" / "runs" / "sao" / "seed3")
+    kept = archive / "long" / "runs" / "sao" / "seed3"
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "config.yaml", "eval_after.json", "eval_before.json", "metrics.jsonl.gz"]
+    first = (kept / "metrics.jsonl.gz").read_bytes()
+    study.keep(run, kept)
+    assert (kept / "metrics.jsonl.gz").read_bytes() == first  # no timestamp: no churn in git
+    assert gzip.decompress(first) == (run / "metrics.jsonl").read_bytes()
+
+    fresh = tmp_path / "fresh"
+    partial = fresh / "long" / "runs" / "sao" / "seed3"
+    partial.mkdir(parents=True)
+    (partial / "metrics.jsonl").write_text("{}\n")  # an unfinished run is replaced
+    assert study.restore(archive, fresh) == 1
+    assert (partial / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    assert json.loads((partial / "eval_after.json").read_text())["success_rate"] == 0.6
+    assert study.restore(archive, fresh) == 0  # finished runs are left alone
+
+
+def test_a_finished_run_needs_no_warm_start(study, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    run = out / "short" / "runs" / "running-mean-baseline-dis" / "seed1"
+    _finished_run(run, [{"step": 1, "time/elapsed_s": 1.0}])
+
+    def no(*args, **kwargs):
+        raise AssertionError("a finished run must not start anything")
+
+    monkeypatch.setattr(study.ls, "warm_start", no)
+    monkeypatch.setattr(study.ls, "train", no)
+    archive = tmp_path / "archive"
+    assert study.run_row(out, "short", "running-mean baseline (DIS)", 1, 200, archive) == run
+    assert (archive / "short" / "runs" / "running-mean-baseline-dis" / "seed1"
+            / "eval_after.json").exists()
+
+
+def test_trl_wall_clock_sums_resumed_segments(tmp_path):
+    bench = import_benchmark("vs_trl_heldout")
+    run = tmp_path / "run"
+    run.mkdir()
+    # 3 steps to 30 s, then a resume whose clock restarts: 2 more steps to 25 s
+    times = [10.0, 20.0, 30.0, 12.0, 25.0]
+    (run / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": i + 1, "time/elapsed_s": t}) + "\n" for i, t in enumerate(times)))
+    assert bench.loop_seconds(run) == pytest.approx(55.0)
+
+
+def test_trl_turn_budget_is_the_envs_own(tmp_path):
+    bench = import_benchmark("vs_trl_heldout")
+    # KeyChain: hops + 1 turns and a slack of max(2, hops // 4)
+    assert bench.episode_turns("sao_gym/KeyChain-v0", {"hops": 8}) == 11
+    assert bench.episode_turns("sao_gym/KeyChain-v0", {"hops": 32}) == 41
+    # Arithmetic: its registered turn limit
+    assert bench.episode_turns("sao_gym/Arithmetic-v0", {}) == 8
