@@ -211,11 +211,21 @@ def cached_eval(model_dir: str | Path, path: Path) -> dict[str, Any]:
 # ---------- warm start ----------
 
 
-def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
-    """The shared warm checkpoint (``OUT/warm/model``) and its greedy held-out accuracy."""
+def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM["weight_decay"]
+               ) -> dict[str, Any]:
+    """The shared warm checkpoint (``OUT/warm/model``) and its greedy held-out accuracy.
+
+    ``weight_decay`` 0 is plain SFT (AdamW without decay); a warm start kept in
+    ``OUT`` with another weight decay is refused rather than reused.
+    """
     part = out / "warm"
     if (part / "result.json").exists():
-        return read_json(part / "result.json")
+        kept = read_json(part / "result.json")
+        if kept.get("weight_decay", WARM["weight_decay"]) != weight_decay:
+            raise SystemExit(f"{part} was warm-started with weight decay "
+                             f"{kept.get('weight_decay', WARM['weight_decay'])}, not "
+                             f"{weight_decay}: use another --out")
+        return kept
     from transformers import AutoTokenizer
 
     from sao_gym.models import tiny_model
@@ -243,7 +253,7 @@ def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
 
     start = time.monotonic()
     model = sft(base, train, out_dir=part / "model", steps=max_steps, lr=WARM["lr"],
-                batch_size=WARM["batch_size"], weight_decay=WARM["weight_decay"],
+                batch_size=WARM["batch_size"], weight_decay=weight_decay,
                 warmup_steps=min(WARM["warmup_steps"], max_steps // 2),
                 seed=seed, log_every=0, callback=progress, holdout=holdout,
                 target_success=WARM["target_success"], target_metric="greedy",
@@ -251,7 +261,8 @@ def warm_start(out: Path, seed: int, max_steps: int) -> dict[str, Any]:
     if (last.get("holdout_greedy") or 0.0) < WARM["target_success"]:
         say(f"warm start: the target was not reached in {max_steps} steps (held-out greedy "
             f"{last.get('holdout_greedy')}); going on from there (--warm-max-steps raises it)")
-    result = {"model": model, "sft_seconds": round(time.monotonic() - start, 1), **last,
+    result = {"model": model, "weight_decay": weight_decay,
+              "sft_seconds": round(time.monotonic() - start, 1), **last,
               "eval": evaluate_greedy(model)}
     write_json(part / "result.json", result)
     return result
@@ -508,6 +519,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="learner.critic_layers of the SAO side (default: all of the policy's)")
     p.add_argument("--warm-max-steps", type=int, default=4000,
                    help="most supervised warm-start steps")
+    p.add_argument("--warm-weight-decay", type=float, default=WARM["weight_decay"],
+                   help="AdamW weight decay of the warm start (0: plain SFT)")
     args = p.parse_args(argv)
     args.final_seed = args.seed if args.final_seed is None else args.final_seed
     if args.minutes <= 0 or args.sweep_minutes < 0:
@@ -528,7 +541,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads is not None:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(args.threads)
     python = ensure_trl_venv(args.trl_venv.expanduser(), args.out / "logs" / "trl-venv.log")
-    warm = warm_start(args.out, args.seed, args.warm_max_steps)
+    warm = warm_start(args.out, args.seed, args.warm_max_steps, args.warm_weight_decay)
     say(f"warm checkpoint {warm['model']}: greedy held-out accuracy "
         f"{100 * warm['eval']['accuracy']:.1f}% ({warm.get('steps')} sft steps)")
     lr_trl, sweep_trl = choose_lr(args, "trl", args.lrs_trl, warm, python)

@@ -40,6 +40,7 @@ before (the warm start's evaluation), after SAO and after TRL, each with its
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shutil
 import statistics
@@ -156,6 +157,7 @@ def trl_worker(spec_path: Path) -> None:
                                                   for h in history),
         "tool_calls_per_episode": statistics.mean(h.get("tools/call_frequency", 0.0)
                                                   for h in history),
+        "reward_per_step": [round(h["rewards/env_reward/mean"], 4) for h in history],
         "peak_rss_mb": peak_rss_mb()})
 
 
@@ -231,6 +233,27 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             "trl_train": read_json(trl_dir / "train.json")}
 
 
+def archived_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """:func:`run_seed`, or its result as ``--archive`` kept it from an earlier invocation.
+
+    A finished seed leaves ``ARCHIVE/seedN.json`` (its result) and
+    ``ARCHIVE/sao-seedN-metrics.jsonl.gz`` (the SAO run's metrics); the archive's
+    ``study.yaml`` must be this invocation's recipe.
+    """
+    if args.archive is None:
+        return run_seed(args, seed)
+    kept = args.archive / f"seed{seed}.json"
+    if kept.exists():
+        return read_json(kept)
+    result = run_seed(args, seed)
+    metrics = args.out / "runs" / "sao" / f"seed{seed}" / "metrics.jsonl"
+    with metrics.open("rb") as f, (args.archive / f"sao-seed{seed}-metrics.jsonl.gz").open(
+            "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
+        shutil.copyfileobj(f, g)
+    write_json(kept, result)
+    return result
+
+
 def _rate(summary: dict[str, Any]) -> float:
     return float(summary["success_rate"])
 
@@ -278,6 +301,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--obs-tokens", type=int, default=OBS_TOKENS)
     p.add_argument("--parallel", type=int, default=2)
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--archive", type=Path, default=None,
+                   help="keep each finished seed's result here and reuse it next time "
+                        "(the checked-in one: docs/data/vs_trl_heldout)")
     args = p.parse_args(argv)
     if args.trl_worker:
         trl_worker(args.trl_worker)
@@ -290,8 +316,15 @@ def main(argv: list[str] | None = None) -> None:
         study.write_text(yaml.safe_dump(want, sort_keys=False))
     elif yaml.safe_load(study.read_text()) != want:
         raise SystemExit(f"{study} differs from this script's recipe: use another --out")
+    if args.archive is not None:
+        args.archive.mkdir(parents=True, exist_ok=True)
+        kept = args.archive / "study.yaml"
+        if not kept.exists():
+            shutil.copy(study, kept)
+        elif yaml.safe_load(kept.read_text()) != want:
+            raise SystemExit(f"{kept} differs from this script's recipe: use another --archive")
     with ThreadPoolExecutor(args.parallel) as pool:
-        results = list(pool.map(lambda s: run_seed(args, s), args.seeds))
+        results = list(pool.map(lambda s: archived_seed(args, s), args.seeds))
     print(report(args.out, results))
 
 

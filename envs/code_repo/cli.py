@@ -16,7 +16,8 @@ from pathlib import Path
 
 def run(args: argparse.Namespace) -> int:
     """Make the tasks; exit status 0 when at least one was kept."""
-    from sao_gym.envs.code_repo.mutate import make_bug_tasks_sync, resolve_package
+    from sao_gym.envs.code_repo.mutate import make_bug_tasks_sync
+    from sao_gym.envs.code_repo.packages import resolve_package
     from sao_gym.envs.code_repo.tasks import write_jsonl
     from sao_gym.sandbox.base import SandboxError
 

@@ -51,6 +51,19 @@ def random_multiturn(model, rng: random.Random, reward, *, task_id="t", vocab=10
                             logprobs=sampler_logprobs(model, ids), group_id=group_id)
 
 
+def random_batch(policy, n, *, seed=0, group_size=None, truncated_every=0):
+    """``n`` :func:`random_multiturn` rollouts, rewards 0/1 at random; with
+    ``group_size``, consecutive groups of that size share a task id."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        task = f"task{i // group_size}" if group_size else f"task{i}"
+        out.append(random_multiturn(policy, rng, reward=float(rng.random() < 0.5),
+                                    task_id=task,
+                                    truncated=bool(truncated_every and i % truncated_every == 0)))
+    return out
+
+
 class TableBackbone(nn.Module):
     """A fake backbone whose hidden state at ``t`` is ``table[token t]`` (hidden size 1).
 

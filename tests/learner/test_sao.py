@@ -14,23 +14,18 @@ from sao_gym.learner.critic import attention_parameter_names
 from sao_gym.learner.engine import local_engine
 from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy
-from tests.learner.helpers import random_multiturn, sampler_logprobs, segments_rollout, table_critic
+from tests.learner.helpers import (
+    random_batch,
+    random_multiturn,
+    sampler_logprobs,
+    segments_rollout,
+    table_critic,
+)
 
 METRICS = ["loss/policy", "sao/clip_ratio", "sao/ratio_mean", "sao/approx_kl",
            "policy/grad_norm", "policy/entropy", "learner/tokens", "learner/skipped_steps",
            "learner/step_time_s"]
 CRITIC_METRICS = ["loss/value", "critic/explained_variance", "critic/grad_norm"]
-
-
-def _batch(policy, n, *, seed=0, group_size=None, truncated_every=0):
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        task = f"task{i // group_size}" if group_size else f"task{i}"
-        out.append(random_multiturn(policy, rng, reward=float(rng.random() < 0.5),
-                                    task_id=task,
-                                    truncated=bool(truncated_every and i % truncated_every == 0)))
-    return out
 
 
 # ---------- slow references, one rollout at a time ----------
@@ -102,7 +97,7 @@ def test_update_matches_reference_on_one_batch(tiny_model_path, algorithm):
                         max_tokens_per_microbatch=64,  # forces gradient accumulation
                         bootstrap_truncated=algorithm == "sao")  # both ways: sao, vapo
     learner = build_learner(algorithm, tiny_model_path, cfg, group_size=group or 1)
-    rollouts = _batch(learner.policy, 8, seed=1, group_size=group, truncated_every=3)
+    rollouts = random_batch(learner.policy, 8, seed=1, group_size=group, truncated_every=3)
     if algorithm in ("sao", "vapo"):
         advs, vloss = ref_critic(learner, rollouts, lambda n: 1 - 1 / (1.5 * n))
     elif algorithm == "running_mean":
@@ -172,7 +167,7 @@ def test_sao_learns_from_fixed_rollouts(tiny_model_path):
 
 def test_warmup_trains_only_the_critic(tiny_model_path):
     learner = build_learner("sao", tiny_model_path, LearnerConfig(lr=1e-3, critic_warmup_steps=2))
-    rollouts = _batch(learner.policy, 4)
+    rollouts = random_batch(learner.policy, 4)
     p0 = {n: p.clone() for n, p in learner.policy.state_dict().items()}
     c0 = {n: p.clone() for n, p in learner.critic.state_dict().items()}
     learner.update(rollouts)
@@ -190,7 +185,7 @@ def test_micro_batch_budget_does_not_change_the_update(tiny_model_path):
     for budget in (32, 100_000):
         cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, max_tokens_per_microbatch=budget)
         learner = build_learner("sao", tiny_model_path, cfg)
-        rollouts = _batch(learner.policy, 6, seed=3)
+        rollouts = random_batch(learner.policy, 6, seed=3)
         m = learner.update(rollouts)
         results.append((m, learner.policy.state_dict()))
     (m1, s1), (m2, s2) = results
@@ -204,7 +199,7 @@ def test_micro_batch_budget_does_not_change_the_update(tiny_model_path):
 
 def test_non_finite_loss_skips_the_step_and_keeps_weights(tiny_model_path):
     learner = build_learner("running_mean", tiny_model_path, LearnerConfig(lr=1e-3))
-    good = _batch(learner.policy, 3)
+    good = random_batch(learner.policy, 3)
     bad = good[:2] + [segments_rollout([([1, 2], False), ([3], True)], float("inf"))]
     before = {n: p.clone() for n, p in learner.policy.state_dict().items()}
     m = learner.update(bad)
@@ -217,7 +212,7 @@ def test_non_finite_loss_skips_the_step_and_keeps_weights(tiny_model_path):
 def test_state_dict_resume_is_exact(tiny_model_path):
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1)
     a = build_learner("sao", tiny_model_path, cfg)
-    rollouts = _batch(a.policy, 4, seed=5)
+    rollouts = random_batch(a.policy, 4, seed=5)
     a.update(rollouts)
     a.update(rollouts)
     buf = io.BytesIO()  # through bytes, as a checkpoint on disk would be
@@ -245,7 +240,7 @@ def test_state_on_disk_resumes_exactly_and_single_file_states_still_load(tiny_mo
 
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1)
     a = build_learner("sao", tiny_model_path, cfg)
-    rollouts = _batch(a.policy, 4, seed=5)
+    rollouts = random_batch(a.policy, 4, seed=5)
     a.update(rollouts)
     a.save_state(tmp_path / "sharded")
     (tmp_path / "single").mkdir()
@@ -274,7 +269,7 @@ def test_bad_batches_are_refused_clearly(tiny_model_path):
     import dataclasses
 
     learner = build_learner("grpo", tiny_model_path, LearnerConfig(), group_size=4)
-    rollouts = _batch(learner.policy, 4, group_size=2)
+    rollouts = random_batch(learner.policy, 4, group_size=2)
     with pytest.raises(ValueError, match="groups of 4"):
         learner.update(rollouts)
     with pytest.raises(ValueError, match="infra failures"):
@@ -293,7 +288,7 @@ def test_bad_batches_are_refused_clearly(tiny_model_path):
 
 def test_pretrain_critic_raises_explained_variance(tiny_model_path):
     learner = build_learner("sao", tiny_model_path, LearnerConfig(lr=1e-4, critic_lr=3e-3))
-    rollouts = _batch(learner.policy, 8, seed=11)
+    rollouts = random_batch(learner.policy, 8, seed=11)
     ev = learner.pretrain_critic(rollouts, 25)
     assert ev[-1] > max(ev[0], 0.3)
     assert learner.policy_version == 0
@@ -303,7 +298,7 @@ def test_saved_models_reload_for_serving_and_training(tiny_model_path, tmp_path)
     from sao_gym.models import load_policy
 
     a = build_learner("sao", tiny_model_path, LearnerConfig(lr=1e-3, critic_warmup_steps=0))
-    rollouts = _batch(a.policy, 4, seed=2)
+    rollouts = random_batch(a.policy, 4, seed=2)
     a.update(rollouts)
     a.save_models(tmp_path / "ckpt")
     policy, tok = load_policy(str(tmp_path / "ckpt" / "policy"))
@@ -321,7 +316,7 @@ def test_policy_minibatches_split_the_rollouts_each_its_own_step(tiny_model_path
     """k minibatches = k optimizer steps, even when the batch fits one micro-batch."""
     a = build_learner("running_mean", tiny_model_path, LearnerConfig(lr=1e-3,
                                                                      policy_minibatches=2))
-    rollouts = _batch(a.policy, 6, seed=4)
+    rollouts = random_batch(a.policy, 6, seed=4)
     assert a.max_versions_per_step == 2
     # the first step trains on rollouts 0-2 alone: its loss has their denominators
     part0 = ref_policy_loss(a, rollouts[:3], _outcome_advs(rollouts[:3], [
@@ -350,7 +345,7 @@ def test_policy_minibatches_split_the_rollouts_each_its_own_step(tiny_model_path
 def test_more_minibatches_than_rollouts_gives_one_step_per_rollout(tiny_model_path):
     learner = build_learner("running_mean", tiny_model_path,
                             LearnerConfig(lr=1e-3, policy_minibatches=4))
-    learner.update(_batch(learner.policy, 3, seed=6))
+    learner.update(random_batch(learner.policy, 3, seed=6))
     assert learner.policy_version == 3 <= learner.max_versions_per_step
 
 
@@ -407,54 +402,6 @@ def test_critic_metrics_are_means_over_the_k_updates(tiny_model_path):
     assert after[0, 1:].tolist() == pytest.approx([0.3994, 0.6988], abs=1e-4)
 
 
-# ---------- temperature ----------
-
-async def test_learner_scores_tokens_at_the_sampling_temperature(tiny_model_path):
-    """Fresh on-policy rollouts at T = 0.7: the learner at T = 0.7 sees ratio 1, at T = 1 not."""
-    import sao_gym
-    from sao_gym.agents import LLMAgent
-    from sao_gym.evaluation import run_episodes
-    from sao_gym.inference.hf import HFBackend
-
-    backend = HFBackend(tiny_model_path, seed=0)
-    try:
-        rollouts = await run_episodes(
-            lambda: sao_gym.make("sao_gym/Arithmetic-v0", max_episode_steps=2),
-            lambda: LLMAgent(backend, backend.tokenizer, max_new_tokens=12, temperature=0.7,
-                             seed=1), 4, concurrency=4)
-    finally:
-        await backend.aclose()
-    assert not any(r.infra_failure for r in rollouts)
-    assert sum(r.num_action_tokens for r in rollouts) >= 60
-    cfg = LearnerConfig(critic_warmup_steps=0, critic_updates=1)
-    right = build_learner("sao", tiny_model_path, cfg, temperature=0.7)
-    assert right.temperature == 0.7
-    m = right.update(rollouts)
-    assert m["sao/clip_ratio"] == 0
-    assert abs(m["sao/ratio_mean"] - 1) < 1e-4 and m["sao/approx_kl"] < 1e-6
-    # the old behaviour: untempered logprobs against a tempered sampler
-    wrong = build_learner("sao", tiny_model_path, cfg).update(rollouts)
-    assert wrong["sao/clip_ratio"] > 0.01 and abs(wrong["sao/ratio_mean"] - 1) > 1e-2
-    assert wrong["policy/entropy"] > m["policy/entropy"]  # T = 0.7 is the sharper one
-
-
-@pytest.mark.parametrize("temperature", [0.0, -1.0, float("nan"), float("inf")])
-def test_temperature_must_be_positive(tiny_model_path, temperature):
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
-        build_learner("sao", tiny_model_path, temperature=temperature)
-    policy, _ = load_policy(tiny_model_path)
-    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
-        Learner("grpo", local_engine(policy, LearnerConfig(), 1e-6), None, LearnerConfig(),
-                temperature=temperature)
-
-
-def test_ppo_old_logprobs_use_the_temperature(tiny_model_path):
-    learner = build_learner("grpo", tiny_model_path, LearnerConfig(), group_size=2,
-                            temperature=0.5)
-    m = learner.update(_batch(learner.policy, 4, group_size=2))
-    assert m["sao/ratio_mean"] == pytest.approx(1.0, abs=1e-5)  # old == current, both at T
-
-
 # ---------- GRPO groups ----------
 
 def test_grpo_groups_by_group_id_even_for_the_same_task(tiny_model_path):
@@ -478,7 +425,7 @@ def test_grpo_groups_must_be_whole_and_of_one_task(tiny_model_path):
     import dataclasses
 
     learner = build_learner("grpo_dis", tiny_model_path, LearnerConfig(), group_size=2)
-    base = _batch(learner.policy, 4, group_size=2)  # tasks task0, task0, task1, task1
+    base = random_batch(learner.policy, 4, group_size=2)  # tasks task0, task0, task1, task1
     regroup = [dataclasses.replace(r, group_id=g) for r, g in zip(base, [7, 7, 7, 8],
                                                                  strict=True)]
     with pytest.raises(ValueError, match="a group must hold rollouts of one task"):
@@ -487,47 +434,6 @@ def test_grpo_groups_must_be_whole_and_of_one_task(tiny_model_path):
     with pytest.raises(ValueError, match=r"groups of 2 .*group_id 7': 3"):
         learner.update(three)
     learner.update(base)  # group_id None: grouped by task_id
-
-
-# ---------- counters, weights ----------
-
-async def test_counters_weights_and_the_old_checkpoint_key(tiny_model_path):
-    from sao_gym.inference.hf import HFBackend
-
-    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1, policy_minibatches=2)
-    a = build_learner("sao", tiny_model_path, cfg)
-    rollouts = _batch(a.policy, 2, seed=8)
-    metrics = [a.update(rollouts) for _ in range(3)]
-    # learner steps vs policy versions: warm-up step (0 versions), then 2 per step
-    assert (a.steps_done, a.policy_version, a.max_versions_per_step) == (3, 4, 2)
-    assert [m["learner/steps_done"] for m in metrics] == [1, 2, 3]
-    assert [m["learner/policy_version"] for m in metrics] == [0, 2, 4]
-    state = a.state_dict()
-    assert state["steps_done"] == 3 and "step" not in state
-    old = {k: v for k, v in state.items() if k != "steps_done"} | {"step": 3}
-    b = build_learner("sao", tiny_model_path, cfg)
-    b.load_state_dict(old)  # a checkpoint written before the rename
-    assert (b.steps_done, b.policy_version) == (3, 4)
-    # weights(): the policy state dict, which the inference backend loads as it is
-    backend = HFBackend(tiny_model_path)
-    try:
-        await backend.update_weights(a.weights(), a.policy_version)
-        assert backend.policy_version == 4
-        served = backend.model.state_dict()
-        assert all(torch.equal(served[n], p) for n, p in a.policy.state_dict().items())
-    finally:
-        await backend.aclose()
-
-
-def test_learner_refuses_a_missing_or_unexpected_critic(tiny_model_path):
-    config = LearnerConfig()
-    policy = local_engine(load_policy(tiny_model_path)[0], config, config.lr)
-    with pytest.raises(ValueError, match="needs a critic"):
-        Learner("sao", policy, None, config)
-    with pytest.raises(ValueError, match="takes no critic"):
-        Learner("grpo", policy, local_engine(table_critic({}), config, config.lr), config)
-    with pytest.raises(ValueError, match="unknown algorithm"):
-        Learner("ppo", policy, None, config)
 
 
 # ---------- cost per sample ----------
@@ -544,7 +450,7 @@ def test_pre_update_values_come_from_the_first_critic_pass(tiny_model_path, upda
     cfg = LearnerConfig(lr=1e-3, critic_lr=1e-2, critic_updates=updates, critic_warmup_steps=0,
                         max_tokens_per_microbatch=64)
     learner = build_learner("sao", tiny_model_path, cfg)
-    rollouts = _batch(learner.policy, 6, seed=8)
+    rollouts = random_batch(learner.policy, 6, seed=8)
     ref_advs, ref_loss = ref_critic(learner, rollouts, lambda n: 1 - 1 / (cfg.lambda_alpha * n))
     n_mbs = len(micro_batches(rollouts, 64))
     assert n_mbs > 1
@@ -567,7 +473,7 @@ def test_ppo_old_logprobs_cost_a_pass_only_after_the_first_step(tiny_model_path,
     learner = build_learner("grpo", tiny_model_path, LearnerConfig(
         lr=1e-2, policy_minibatches=parts), group_size=2)
     rollouts = [dataclasses.replace(r, reward=float(i % 2))  # every group has a signal
-                for i, r in enumerate(_batch(learner.policy, 4, group_size=2))]
+                for i, r in enumerate(random_batch(learner.policy, 4, group_size=2))]
     calls = _count_forwards(learner.policy.get_decoder())
     m = learner.update(rollouts)
     assert calls[0] == parts + extra  # every part fits one micro-batch
@@ -575,83 +481,3 @@ def test_ppo_old_logprobs_cost_a_pass_only_after_the_first_step(tiny_model_path,
         assert m["sao/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     else:  # the second part is scored against the policy before the first step
         assert abs(m["sao/ratio_mean"] - 1.0) > 1e-3
-
-
-def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, caplog,
-                                                               monkeypatch):
-    with pytest.raises(ValueError, match="autocast must be one of"):
-        LearnerConfig(autocast="float16")
-    import sao_gym.learner.sao as sao_mod
-
-    monkeypatch.setattr(sao_mod, "native_bf16", lambda device="cpu": False)
-    with caplog.at_level("WARNING", logger="sao_gym.learner.sao"):
-        bf16 = build_learner("sao", tiny_model_path, LearnerConfig(autocast="bfloat16"))
-    assert "no native bf16" in caplog.text
-    fp32 = build_learner("sao", tiny_model_path, LearnerConfig())
-    rollouts = _batch(fp32.policy, 2, seed=9)
-    mb = micro_batches(rollouts, 4096)[0]
-    logprobs, _ = bf16.score(mb)
-    after = bf16.critic_engine.forward(mb.input_ids_BT, mb.attention_mask_BT,
-                                       method="values_after")
-    assert logprobs.dtype == after.dtype == torch.float32
-    mask = mb.action_mask_BT > 0
-    err = (logprobs - fp32.score(mb)[0])[mask].abs().detach()
-    assert 0 < float(err.max()) < 0.1  # rounded, but the same distribution
-    assert all(p.dtype == torch.float32 for p in bf16.policy.parameters())
-
-
-def test_shallow_critic_trains_saves_and_resumes(tiny_model_path, tmp_path):
-    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0, critic_layers=1)
-    a = build_learner("sao", tiny_model_path, cfg)
-    assert len(a.critic.backbone.layers) == 1
-    assert len(a.policy.model.layers) == a.policy.config.num_hidden_layers > 1
-    rollouts = _batch(a.policy, 4, seed=2)
-    before = {n: p.detach().clone() for n, p in a.critic.named_parameters()}
-    m = a.update(rollouts)
-    assert m["critic/grad_norm"] > 0
-    assert not torch.equal(a.critic.head.weight, before["head.weight"])
-    a.save_models(tmp_path / "ckpt")
-    b = build_learner("sao", str(tmp_path / "ckpt" / "policy"), cfg,
-                      critic_path=str(tmp_path / "ckpt" / "critic"))
-    ids = torch.tensor([rollouts[0].token_ids])
-    assert len(b.critic.backbone.layers) == 1
-    assert torch.allclose(a.critic(ids, torch.ones_like(ids)), b.critic(ids, torch.ones_like(ids)))
-    with pytest.raises(ValueError, match="critic_layers"):
-        LearnerConfig(critic_layers=0)
-
-
-def test_policy_scoring_paths_give_the_same_update(tiny_model_path):
-    """The chunked LM head, ``logits_to_keep`` and full logits: same scores, same step."""
-    cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=0)
-    head, kept, full = (build_learner("sao", tiny_model_path, cfg) for _ in range(3))
-    assert head.policy_engine.scores_tokens  # Qwen2 passes the head check
-    kept.policy_engine.scores_tokens = full.policy_engine.scores_tokens = False
-    full.policy_engine.keeps_logits = False
-    assert kept.policy_engine.keeps_logits  # Qwen2 has logits_to_keep
-    rollouts = _batch(kept.policy, 6, seed=4)
-    (mb,) = micro_batches(rollouts, 1 << 16, kept.pad_id)
-    with torch.no_grad():
-        scores = [learner.score(mb) for learner in (head, kept, full)]
-    off_action = mb.action_mask_BT == 0
-    for logprobs, entropy in scores:
-        assert logprobs.shape == entropy.shape == mb.input_ids_BT.shape
-        assert not entropy[off_action].any() and (entropy[~off_action] > 0).all()
-        torch.testing.assert_close(logprobs * mb.action_mask_BT,
-                                   scores[2][0] * mb.action_mask_BT, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(entropy, scores[2][1], rtol=1e-5, atol=1e-5)
-    grads = []
-    for learner in (head, kept, full):  # the policy's gradients as its optimizer sees them
-        opt, seen = learner.policy_engine.optimizer, {}
-        grads.append(seen)
-        step = opt.step
-        opt.step = lambda *a, _s=step, _seen=seen, _m=learner.policy, **k: (
-            _seen.update((n, p.grad.clone()) for n, p in _m.named_parameters()), _s(*a, **k))[1]
-    metrics = [learner.update(rollouts) for learner in (head, kept, full)]
-    for key in ("loss/policy", "policy/entropy", "mismatch/approx_kl", "loss/value",
-                "policy/grad_norm"):
-        for m in metrics[:2]:
-            assert m[key] == pytest.approx(metrics[2][key], rel=1e-5, abs=1e-7), key
-    assert grads[2] and grads[0].keys() == grads[2].keys()
-    for seen in grads[:2]:
-        for name, g in grads[2].items():
-            torch.testing.assert_close(seen[name], g, rtol=1e-4, atol=1e-7, msg=name)

@@ -84,3 +84,27 @@ def test_trl_turn_budget_is_the_envs_own(tmp_path):
     assert bench.episode_turns("sao_gym/KeyChain-v0", {"hops": 32}) == 41
     # Arithmetic: its registered turn limit
     assert bench.episode_turns("sao_gym/Arithmetic-v0", {}) == 8
+
+
+def test_trl_archive_keeps_a_finished_seed_and_reuses_it(tmp_path, monkeypatch):
+    bench = import_benchmark("vs_trl_heldout")
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    played = []
+
+    def run_seed(args, seed):
+        played.append(seed)
+        sao = out / "runs" / "sao" / f"seed{seed}"
+        sao.mkdir(parents=True)
+        (sao / "metrics.jsonl").write_text('{"step": 1, "rollout/success_rate": 0.25}\n')
+        return {"seed": seed, "sao": {"success_rate": 0.5 + seed / 10}}
+
+    monkeypatch.setattr(bench, "run_seed", run_seed)
+    args = bench.argparse.Namespace(archive=archive, out=out)
+    archive.mkdir()
+    first = bench.archived_seed(args, 1)
+    assert played == [1] and first["sao"]["success_rate"] == 0.6
+    with gzip.open(archive / "sao-seed1-metrics.jsonl.gz", "rt") as f:
+        assert json.loads(f.read())["rollout/success_rate"] == 0.25
+    # the next invocation (a new session: nothing under --out) reads the archive
+    monkeypatch.setattr(bench, "run_seed", lambda *a: pytest.fail("seed 1 ran again"))
+    assert bench.archived_seed(args, 1) == first
