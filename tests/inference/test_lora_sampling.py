@@ -58,11 +58,11 @@ async def test_the_check_stops_a_sampler_that_does_not_apply_the_adapter(tiny_mo
     from sao_gym.learner.config import LearnerConfig, LoraSettings
     from sao_gym.learner.sao import build_learner
     from sao_gym.runtime.probe import SamplerCheck, SamplerMismatch
-    from tests.learner.test_sao import _batch
+    from tests.learner.helpers import random_batch
 
     learner = build_learner("grpo", tiny_model_path, LearnerConfig(
         lr=1e-2, lora=LoraSettings(rank=8)), group_size=2)
-    rollouts = _batch(learner.policy, 4, seed=6, group_size=2)
+    rollouts = random_batch(learner.policy, 4, seed=6, group_size=2)
     for _ in range(3):
         learner.update(rollouts)
     check = SamplerCheck(tolerance=1e-3)

@@ -15,7 +15,7 @@ import torch
 from sao_gym.learner.config import LearnerConfig, LoraSettings
 from sao_gym.learner.sao import build_learner
 from sao_gym.models import load_policy
-from tests.learner.test_sao import _batch
+from tests.learner.helpers import random_batch
 
 peft = pytest.importorskip("peft")
 
@@ -76,7 +76,7 @@ def test_only_adapters_train_and_the_saved_policy_is_the_merged_model(tiny_model
     assert in_optimizer * 20 < sum(p.numel() for p in learner.policy.parameters())
     assert not any(".lora_" in n for n, _ in learner.critic.named_parameters())  # critic: full
     before = {n: p.clone() for n, p in learner.policy.named_parameters()}
-    rollouts = _batch(learner.policy, 4, seed=3)
+    rollouts = random_batch(learner.policy, 4, seed=3)
     for _ in range(2):
         learner.update(rollouts)
     moved = {n for n, p in learner.policy.named_parameters() if not torch.equal(before[n], p)}
@@ -100,7 +100,7 @@ def test_a_critic_with_adapters_trains_its_head_and_norms_and_resumes(tiny_model
     assert any("norm" in n for n in trainable) and any(".lora_" in n for n in trainable)
     frozen = {n for n, _ in learner.critic.named_parameters()} - trainable
     assert frozen and all("norm" not in n and not n.startswith("head.") for n in frozen)
-    rollouts = _batch(learner.policy, 4, seed=4)
+    rollouts = random_batch(learner.policy, 4, seed=4)
     learner.update(rollouts)
     learner.save_state(tmp_path / "ckpt")
     again = build_learner("sao", tiny_model_path, config)

@@ -108,3 +108,22 @@ def test_trl_archive_keeps_a_finished_seed_and_reuses_it(tmp_path, monkeypatch):
     # the next invocation (a new session: nothing under --out) reads the archive
     monkeypatch.setattr(bench, "run_seed", lambda *a: pytest.fail("seed 1 ran again"))
     assert bench.archived_seed(args, 1) == first
+
+
+def test_the_archive_is_not_git_ignored():
+    """The archive lives under docs/data to be committed: no ignore rule (such
+    as one for run directories) may swallow its ``runs/`` folders."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    paths = [f"docs/data/{d}/long/runs/sao/seed0/config.yaml"
+             for d in ("horizon_study", "vs_trl_heldout")]
+    done = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=root,
+                          capture_output=True, text=True)
+    assert done.returncode == 1, f"ignored: {done.stdout}"
+    # and a training run's own output directory still is
+    assert subprocess.run(["git", "check-ignore", "--no-index", "runs/x/metrics.jsonl"],
+                          cwd=root, capture_output=True).returncode == 0
