@@ -49,6 +49,13 @@ class LLMAgent:
             left for a turn, :meth:`act` raises
             :class:`~sao_gym.core.ContextExhausted` (the episode is truncated).
         seed: base seed for per-turn sampling seeds (``None``: backend's stream).
+        tool_schemas: how the prompt shows the env's tools: ``"env"`` (its
+            schemas as declared, in its order) or ``"signature"`` (as a library
+            that learns tools from a class's methods renders them:
+            :func:`~sao_gym.adapters.callables.signature_schema` of each, in
+            name order, the prompt TRL's GRPOTrainer builds for the env through
+            :mod:`sao_gym.adapters.trl`). Tool calls are parsed and validated
+            against the env's schemas either way.
 
     """
 
@@ -62,9 +69,13 @@ class LLMAgent:
         top_p: float = 1.0,
         max_context_tokens: int | None = None,
         seed: int | None = None,
+        tool_schemas: str = "env",
     ):
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("LLMAgent needs a tokenizer with a chat template")
+        if tool_schemas not in TOOL_SCHEMAS:
+            raise ValueError(f"tool_schemas must be one of {TOOL_SCHEMAS}, got {tool_schemas!r}")
+        self.tool_schemas = tool_schemas
         self.backend = backend
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -76,6 +87,7 @@ class LLMAgent:
         self._stop_texts = {i: tokenizer.decode([i]) for i in self.stop_token_ids}
         SamplingParams(max_new_tokens, temperature, top_p)  # validate early
         self._tools: list[dict[str, Any]] = []
+        self._shown_tools: list[dict[str, Any]] = []
         self._reset_record()
 
     def _reset_record(self) -> None:
@@ -94,6 +106,12 @@ class LLMAgent:
         """Render the prompt of a new episode."""
         self._reset_record()
         self._tools = copy.deepcopy(info.get("tools") or [])
+        self._shown_tools = self._tools
+        if self.tool_schemas == "signature":
+            from sao_gym.adapters.callables import signature_schema
+
+            shown = [signature_schema(t) for t in self._tools]
+            self._shown_tools = sorted(shown, key=lambda t: t["function"]["name"])
         self._messages = copy.deepcopy(observation)
         prompt = self._render(observation, add_generation_prompt=True)
         self._append_observation(self._encode(prompt))
@@ -126,12 +144,39 @@ class LLMAgent:
             self._last_stop_text = self._stop_texts[ids[-1]]
             ids = ids[:-1]
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        content, calls = parse_tool_calls(text, self._tools, id_prefix=f"call_{self._turn}_")
+        message = self._parse(text, id_prefix=f"call_{self._turn}_")
+        self._messages.append(message)
+        return copy.deepcopy(message)
+
+    def _parse(self, text: str, *, id_prefix: str) -> Message:
+        content, calls = parse_tool_calls(text, self._tools, id_prefix=id_prefix)
         message: Message = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = calls
-        self._messages.append(message)
-        return copy.deepcopy(message)
+        return message
+
+    def as_template_writes(self, text: str) -> str:
+        """``text`` (an assistant turn) as the chat template writes the message it parses into.
+
+        The turn's tool calls (in any format the parser reads, such as
+        ``lookup(4817)``) come out in the template's own tool-call format (for
+        ChatML templates, ``<tool_call>`` JSON blocks): the form other tools
+        (TRL's response parser, vLLM's tool parsers) read back. Needs the
+        episode's tools, so call it after :meth:`reset`. A turn without tool
+        calls comes back as its content.
+        """
+        message = self._parse(text, id_prefix="call_")
+        base = self._render(_DUMMY_TURN[:1], add_generation_prompt=True)
+        full = self._render([*_DUMMY_TURN[:1], message], add_generation_prompt=False)
+        if not full.startswith(base):
+            raise ValueError("the chat template does not render an assistant message after "
+                             "its generation prompt; cannot write a turn as it does")
+        body = full[len(base):]
+        ends = [body.rfind(stop) for stop in self._stop_texts.values() if stop in body]
+        if not ends:
+            raise ValueError(f"the chat template closes an assistant message with none of the "
+                             f"end-of-turn tokens {sorted(self._stop_texts.values())}")
+        return body[:max(ends)]
 
     def observe(self, observation: list[Message]) -> None:
         """Queue the env's answer; it is tokenized when the next turn starts."""
@@ -163,7 +208,7 @@ class LLMAgent:
     def _render(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
             list(messages),
-            tools=self._tools or None,
+            tools=self._shown_tools or None,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
         )
@@ -192,6 +237,10 @@ class LLMAgent:
         if stop is not None and closing.startswith(stop):
             closing = closing[len(stop):]
         return closing + full[len(base):]
+
+
+TOOL_SCHEMAS = ("env", "signature")
+"""Values of ``LLMAgent(tool_schemas=...)`` (``rollout.tool_schemas``)."""
 
 
 def _stop_token_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -165,11 +165,20 @@ def trl_worker(spec_path: Path) -> None:
 
 
 def study_recipe(hops: int, smoke: bool) -> dict[str, Any]:
-    """``horizon_study.recipe(hops)`` with JSON tool calls (smaller with ``smoke``)."""
+    """``horizon_study.recipe(hops)`` as TRL's GRPOTrainer sees the env (smaller with ``smoke``).
+
+    TRL renders the tools from the adapter's methods (no ``additionalProperties``,
+    name order) and parses only ``<tool_call>`` JSON blocks: so the ChatML template,
+    ``rollout.tool_schemas: signature`` (the same prompt on both sides) and a warm
+    start on calls written in that format. Without the last two, the warm-started
+    model made no call TRL could parse and TRL's reward was 0 from its first step.
+    """
     from horizon_study import recipe
 
     r = recipe(hops)
     r["chat_template"] = "chatml"
+    r["rollout"]["tool_schemas"] = "signature"
+    r["warm_start"]["demonstration_format"] = "template"
     if smoke:
         r["warm_start"].update({"steps": 4, "episodes": 32, "holdout_episodes": 8,
                                 "target_success": None, "min_sampled_success": None})
@@ -208,6 +217,7 @@ def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> P
            "--temperature", str(config["eval"].get("temperature")
                                 or config["rollout"]["temperature"]),
            "--max-context-tokens", str(config["rollout"]["max_context_tokens"]),
+           "--set", f"rollout.tool_schemas={config['rollout'].get('tool_schemas', 'env')}",
            "--out", str(result)]
     with (run_dir / "eval.log").open("a") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, env=child_env(1))

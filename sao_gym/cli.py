@@ -243,6 +243,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         overrides.append(f"rollout.max_new_tokens={args.max_new_tokens}")
     if args.max_context_tokens is not None:
         overrides.append(f"rollout.max_context_tokens={args.max_context_tokens}")
+    overrides += args.set
     run_dir = Path(args.run) if args.run else None
     try:
         if run_dir is not None:  # as the run evaluated: its saved (fitted) config
@@ -454,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-context-tokens", type=int,
                     help="tokens per episode (default: the run's; 2048 with --model)")
     ev.add_argument("--out", help="also write the JSON here (default RUN_DIR/eval.json)")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="any other config key, dotted (rollout.tool_schemas=signature, "
+                         "rollout.max_episode_steps=20, ...); applied last")
     ev.set_defaults(fn=_cmd_eval)
     plot = sub.add_parser("plot", help="write PNG learning curves of one or more runs")
     plot.add_argument("run_dir", help="a run directory with metrics.jsonl")

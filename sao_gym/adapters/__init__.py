@@ -11,9 +11,9 @@ Each adapter module imports its tool's package only when used (the extras
   functions (what TRL, FastMCP and MCP read).
 """
 
-from sao_gym.adapters.callables import comparable, tool_function
+from sao_gym.adapters.callables import comparable, signature_schema, tool_function
 from sao_gym.adapters.loop import BackgroundLoop, shared_loop
 from sao_gym.adapters.session import EnvSession, StepOutcome
 
 __all__ = ["BackgroundLoop", "EnvSession", "StepOutcome", "comparable", "shared_loop",
-           "tool_function"]
+           "signature_schema", "tool_function"]

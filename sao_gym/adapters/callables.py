@@ -25,7 +25,9 @@ docs/interop.md): ``additionalProperties: false`` (the env still enforces
 it), JSON-schema keywords other than ``type``/``items``/``enum``/
 ``description`` (``minimum``, ``pattern``, ...), and the order of a type
 list (``get_json_schema`` sorts it). :func:`comparable` normalises a schema
-for those differences.
+for those differences; :func:`signature_schema` is the schema such a library
+reads back, which is what it puts in the prompt (an agent shows its model that
+form with ``rollout.tool_schemas: signature``).
 """
 
 from __future__ import annotations
@@ -135,6 +137,24 @@ def tool_function(schema: dict[str, Any], handler: Callable[..., Any], *,
     fn.__annotations__ = hints
     fn.__doc__ = docstring(fn_schema["description"], props, names)
     return fn
+
+
+def signature_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` as a library that learns tools from Python functions renders it.
+
+    transformers' ``get_json_schema`` of the :func:`tool_function` of
+    ``schema``: the tool schema TRL's GRPOTrainer (and any caller of
+    ``apply_chat_template(tools=[functions])``) writes into the prompt, without
+    what a signature cannot carry. Raises ``ValueError`` for a tool that
+    cannot be a Python function.
+    """
+    from transformers.utils import get_json_schema
+
+    return get_json_schema(tool_function(schema, _unused_handler))
+
+
+def _unused_handler(*_: Any) -> Any:  # pragma: no cover - never called
+    raise RuntimeError("a signature schema's function is not for calling")
 
 
 def _allows_null(prop: dict[str, Any]) -> bool:

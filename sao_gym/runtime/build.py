@@ -139,7 +139,7 @@ def agent_factory(config: TrainConfig, *, temperature: float | None = None) -> A
                          "env by `sao-gym train`): fit them first (sao_gym.runtime.fit)")
     return AgentFactory(r.max_new_tokens, r.max_context_tokens,
                         temperature=r.temperature if temperature is None else temperature,
-                        top_p=r.top_p)
+                        top_p=r.top_p, tool_schemas=r.tool_schemas)
 
 
 def rollout_factory(config: TrainConfig, *, temperature: float | None = None,

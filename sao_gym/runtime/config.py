@@ -66,6 +66,11 @@ class RolloutConfig:
     """Turn limit (None: the environment's registered limit)."""
     max_infra_retries: int = 3
     """Retries of an episode that failed for infrastructure reasons (then its group is dropped)."""
+    tool_schemas: str = "env"
+    """How prompts show the env's tools: ``env`` (its schemas as declared) or ``signature``
+    (as libraries that learn tools from a class's methods render them, e.g. TRL's
+    GRPOTrainer through :mod:`sao_gym.adapters.trl`: a model that moves between the two
+    then sees the same prompt; :class:`sao_gym.agents.LLMAgent`)."""
 
     def __post_init__(self) -> None:
         _at_least(self, 1, "batch_size", "group_size", "concurrency", "max_new_tokens",
@@ -87,6 +92,9 @@ class RolloutConfig:
                 "tokens under the full (tempered) softmax; a nucleus depends on exact logits, "
                 "so the sampler's truncated distribution cannot be reproduced and every ratio "
                 "would be biased. Use temperature to sharpen sampling instead.")
+        if self.tool_schemas not in ("env", "signature"):
+            raise ConfigError(f"rollout.tool_schemas must be 'env' or 'signature', got "
+                              f"{self.tool_schemas!r}")
 
 
 @dataclass(frozen=True)
@@ -185,6 +193,11 @@ class WarmStartConfig:
     label_smoothing: float | None = 0.0
     """Label smoothing of the supervised loss (null: fitted to the demonstrations'
     length, :func:`sao_gym.runtime.fit.fit_label_smoothing`)."""
+    demonstration_format: str = "oracle"
+    """``oracle``: each demonstrated turn is the oracle's text as it is (e.g. a compact
+    ``lookup(4817)``); ``template``: its tool calls as the chat template writes them
+    (``<tool_call>`` JSON blocks for ChatML), the form TRL and vLLM's tool parsers read
+    (:meth:`sao_gym.agents.LLMAgent.as_template_writes`)."""
 
     def __post_init__(self) -> None:
         _at_least(self, 0, "steps")
@@ -200,6 +213,9 @@ class WarmStartConfig:
         if self.target_metric not in ("sampled", "greedy"):
             raise ConfigError(f"warm_start.target_metric must be 'sampled' or 'greedy', got "
                               f"{self.target_metric!r}")
+        if self.demonstration_format not in ("oracle", "template"):
+            raise ConfigError(f"warm_start.demonstration_format must be 'oracle' or "
+                              f"'template', got {self.demonstration_format!r}")
 
 
 @dataclass(frozen=True)

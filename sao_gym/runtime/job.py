@@ -132,6 +132,9 @@ class Demonstrations:
         from sao_gym.runtime.warmstart import collect_demonstrations
 
         seed = self.config.seed
+        ws = self.config.warm_start
+        budgets = {**budgets, "tool_schemas": self.config.rollout.tool_schemas,
+                   "template_format": ws is not None and ws.demonstration_format == "template"}
         if self.conversations is not None:
             convs = self.conversations
             held = min(holdout, len(convs) // 4)
@@ -352,6 +355,7 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
             "temperature": temperature, "max_episode_steps": turn_limit(config),
             "max_new_tokens": config.rollout.max_new_tokens,
             "max_context_tokens": config.rollout.max_context_tokens,
+            "tool_schemas": config.rollout.tool_schemas,
             "backend": config.inference.backend,
             "elapsed_s": round(time.monotonic() - start, 2)}
 

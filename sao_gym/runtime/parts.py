@@ -60,6 +60,8 @@ class AgentFactory:
     max_context_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    tool_schemas: str = "env"
+    """How prompts show the tools (``rollout.tool_schemas``)."""
 
     def __call__(self, backend: Any, tokenizer: Any) -> Callable[..., Any]:
         """Builds one agent per episode on ``backend``.
@@ -70,7 +72,8 @@ class AgentFactory:
 
         return functools.partial(LLMAgent, backend, tokenizer,
                                  max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                 top_p=self.top_p, max_context_tokens=self.max_context_tokens)
+                                 top_p=self.top_p, max_context_tokens=self.max_context_tokens,
+                                 tool_schemas=self.tool_schemas)
 
 
 class Rollouts:

@@ -66,9 +66,10 @@ Oracle = Callable[[Sequence[Message], Mapping[str, Any]], str]
 class _OracleTurns:
     """A ScriptedBackend handler: tokenizes the oracle's next turn plus end-of-turn."""
 
-    def __init__(self, tokenizer: Any, oracle: Oracle):
+    def __init__(self, tokenizer: Any, oracle: Oracle, template_format: bool = False):
         self.tokenizer = tokenizer
         self.oracle = oracle
+        self.template_format = template_format
         self.agent: Any = None
         self.task: Mapping[str, Any] = {}
         self.error: Exception | None = None
@@ -79,6 +80,8 @@ class _OracleTurns:
             text = self.oracle(messages, self.task)
             if not isinstance(text, str):
                 raise TypeError(f"the oracle must return a str, got {type(text).__name__}")
+            if self.template_format:
+                text = self.agent.as_template_writes(text)
             ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
             ids.append(params.stop_token_ids[0])
             if len(ids) > params.max_new_tokens:
@@ -100,6 +103,7 @@ async def acollect_demonstrations(
     episodes: int,
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
+    template_format: bool = False,
     **agent_kwargs: Any,
 ) -> list[Rollout]:
     """Async version of :func:`collect_demonstrations` (use it inside an event loop)."""
@@ -128,7 +132,7 @@ async def acollect_demonstrations(
 
     demos: list[Rollout] = []
     for i in range(episodes):
-        turns = _OracleTurns(tokenizer, oracle)
+        turns = _OracleTurns(tokenizer, oracle, template_format)
         rollout = await play_episode(*factories(turns), seed=seed + i)
         if turns.error is not None:
             raise RuntimeError(
@@ -181,6 +185,7 @@ def collect_demonstrations(
     episodes: int,
     seed: int = 0,
     env_kwargs: Mapping[str, Any] | None = None,
+    template_format: bool = False,
     **agent_kwargs: Any,
 ) -> list[Rollout]:
     """Play ``episodes`` oracle episodes and return them as token-exact rollouts.
@@ -193,7 +198,9 @@ def collect_demonstrations(
     (``max_new_tokens``, ``max_context_tokens``, ...: pass the values RL will
     use) records it like a sampled turn and parses its tool calls. So the
     rollouts have exactly the token layout RL produces, with logprob 0.0 on
-    every action token.
+    every action token. With ``template_format`` the oracle's tool calls are
+    first rewritten as the chat template writes them
+    (:meth:`~sao_gym.agents.LLMAgent.as_template_writes`).
 
     Rollouts that fail the task are kept (check ``reward``); an oracle that
     raises, returns a turn longer than ``max_new_tokens``, or an episode that
@@ -202,7 +209,7 @@ def collect_demonstrations(
     """
     return asyncio.run(acollect_demonstrations(
         env_id, tokenizer, oracle, episodes=episodes, seed=seed, env_kwargs=env_kwargs,
-        **agent_kwargs,
+        template_format=template_format, **agent_kwargs,
     ))
 
 

@@ -57,6 +57,37 @@ def test_schemas_trl_derives_equal_the_env_tools(env_id):
             assert got["function"] == raw
 
 
+@pytest.mark.parametrize("env_id", [*BUILT_IN, "sao_gym/KeyChain-v0"])
+def test_the_agent_with_signature_schemas_prompts_as_grpo_trainer_does(env_id, tiny_model_path):
+    """``rollout.tool_schemas: signature``: the prompt the agent samples from is, token
+    for token, the one GRPOTrainer renders from the adapter's methods, so a model
+    warm-started by sao-gym sees in TRL the prompt it was trained on."""
+    from transformers import AutoTokenizer
+
+    from sao_gym.agents import LLMAgent
+    from sao_gym.inference import ScriptedBackend
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    row = environment(env_id, seeds=[5]).train_dataset[0]
+    env = sao_gym.make(env_id)
+    try:
+        obs, info = env.reset(seed=row["seed"])
+    finally:
+        env.close()
+    cls = environment_class(env_id, info.get("tools") or [])
+    trl_prompt = tok.apply_chat_template(row["prompt"], tools=trl_tools(cls.__new__(cls)) or None,
+                                         add_generation_prompt=True, tokenize=False)
+    prompts = {}
+    for schemas in ("env", "signature"):
+        agent = LLMAgent(ScriptedBackend([]), tok, tool_schemas=schemas)
+        agent.reset(obs, info)
+        prompts[schemas] = agent.trajectory().token_ids
+    assert prompts["signature"] == tok(trl_prompt, add_special_tokens=False)["input_ids"]
+    strict = any(t["function"]["parameters"].get("additionalProperties") is False
+                 for t in info.get("tools") or [])
+    assert (prompts["env"] != prompts["signature"]) == strict
+
+
 def test_no_helper_method_leaks_as_a_tool():
     env = environment("sao_gym/Arithmetic-v0", seeds=[0])
     names = [m.__name__ for m in trl_tools(env.environment_factory.__new__(

@@ -214,3 +214,47 @@ async def test_concurrent_episodes_are_batched_and_equal_unbatched_greedy(tiny_m
         await alone_backend.aclose()
     assert [r.token_ids for r in together] == [r.token_ids for r in alone]
     assert [r.messages for r in together] == [r.messages for r in alone]
+
+
+# ------------------------------------------------------------ tool-call format
+
+
+def _reset(tok, env_id="sao_gym/Arithmetic-v0", **agent_kwargs):
+    env = sao_gym.make(env_id)
+    obs, info = env.reset(seed=0)
+    env.close()
+    agent = LLMAgent(ScriptedBackend([]), tok, **agent_kwargs)
+    agent.reset(obs, info)
+    return agent, info
+
+
+def test_a_turn_is_written_in_the_templates_tool_call_format(tok):
+    agent, _ = _reset(tok)
+    written = agent.as_template_writes("calculator(2+3)")
+    assert written == tool_call_text("calculator", {"expression": "2+3"})
+    # content before the call stays, and the parser reads the written turn back
+    both = agent.as_template_writes("Adding.\nsubmit(5)")
+    assert both == "Adding.\n" + tool_call_text("submit", {"answer": "5"})
+    fn = agent._parse(both, id_prefix="c")["tool_calls"][0]["function"]
+    assert (fn["name"], json.loads(fn["arguments"])) == ("submit", {"answer": "5"})
+    # a turn already in the template's format, or with no call, is unchanged
+    assert agent.as_template_writes(written) == written
+    assert agent.as_template_writes("I do not know.") == "I do not know."
+
+
+def test_signature_tool_schemas_drop_what_a_python_signature_cannot_carry(tok):
+    agent_env, info = _reset(tok, "sao_gym/KeyChain-v0")
+    agent_sig, _ = _reset(tok, "sao_gym/KeyChain-v0", tool_schemas="signature")
+    assert any(t["function"]["parameters"].get("additionalProperties") is False
+               for t in info["tools"])
+    prompt_env, prompt_sig = (tok.decode(a.trajectory().token_ids)
+                              for a in (agent_env, agent_sig))
+    assert '"additionalProperties": false' in prompt_env
+    assert '"additionalProperties"' not in prompt_sig
+    assert prompt_sig.replace("}}}", "") == prompt_env.replace(
+        ', "additionalProperties": false', "").replace("}}}", "")
+    # calls are still parsed against the env's own schemas
+    assert agent_sig._parse("lookup(4817)", id_prefix="c")["tool_calls"][0]["function"][
+        "name"] == "lookup"
+    with pytest.raises(ValueError, match="tool_schemas"):
+        LLMAgent(ScriptedBackend([]), tok, tool_schemas="python")

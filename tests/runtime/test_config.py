@@ -90,6 +90,8 @@ def test_yaml_file_and_round_trip(tmp_path):
     (["warm_start.target_success=2"], "warm_start.target_success must be in (0, 1]"),
     (["warm_start.min_sampled_success=-0.1"], "warm_start.min_sampled_success must be in"),
     (["warm_start.target_metric=beam"], "warm_start.target_metric must be 'sampled' or 'greedy'"),
+    (["warm_start.demonstration_format=hermes"], "demonstration_format must be 'oracle' or"),
+    (["rollout.tool_schemas=python"], "rollout.tool_schemas must be 'env' or 'signature'"),
     (["learner.lr_warmup_steps=-1"], "lr_warmup_steps must be >= 0"),
     (["inference.backend=tgi"], "inference.backend must be one of"),
     (["logging.loggers=csv"], "logging.loggers: unknown ['csv']"),

@@ -127,6 +127,12 @@ def test_eval_takes_environment_options(tmp_path, capsys):
     assert "YAML mapping" in capsys.readouterr().err
     assert main([*base, "--env-kwargs", "{bogus: 1}"]) == 2  # the env rejects it, clearly
     assert "bogus" in capsys.readouterr().err
+    # any other key with --set, applied last
+    assert json.loads(out.read_text())["tool_schemas"] == "env"
+    assert main([*base, "--set", "rollout.tool_schemas=signature"]) == 0
+    assert json.loads(out.read_text())["tool_schemas"] == "signature"
+    assert main([*base, "--set", "rollout.tool_schemas=python"]) == 2
+    assert "rollout.tool_schemas must be" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -443,3 +443,36 @@ def test_oracle_for_finds_registered_oracles_and_rejects_options_without_one():
         with pytest.raises(ValueError, match=name):
             oracle([{"role": "user", "content": "What is 1 + 1?"}],
                    {"id": "t", "expression": "1 + 1", "answer": "2"})
+
+
+@pytest.mark.parametrize("tool_schemas", ["env", "signature"])
+def test_template_format_writes_the_oracles_calls_as_the_chat_template_does(
+        tiny_model_path, tool_schemas):
+    """``warm_start.demonstration_format: template``: the same episodes (calls, rewards),
+    but each demonstrated call in the template's ``<tool_call>`` JSON form, which the
+    agent (and TRL's response parser) read back into the same calls."""
+    from sao_gym.envs.key_chain.oracle import key_chain_oracle
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)  # the ChatML template
+    runs = {fmt: collect_demonstrations("sao_gym/KeyChain-v0", tok, key_chain_oracle,
+                                        episodes=3, seed=7, env_kwargs={"hops": 3},
+                                        template_format=fmt, max_new_tokens=64,
+                                        tool_schemas=tool_schemas)
+            for fmt in (False, True)}
+
+    def calls(rollout):
+        return [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for m in rollout.messages for c in m.get("tool_calls") or []]
+
+    for plain, written in zip(runs[False], runs[True], strict=True):
+        assert written.reward == plain.reward == 1.0
+        assert calls(written) == calls(plain) and len(calls(plain)) == 4  # 3 hops + submit
+        actions = [tok.decode(written.token_ids[a:b])
+                   for v, a, b in mask_runs(written.loss_mask) if v]
+        assert all(t.startswith('<tool_call>\n{"name": ') and t.endswith(f"</tool_call>{IM_END}")
+                   for t in actions), actions
+        plain_actions = [tok.decode(plain.token_ids[a:b])
+                         for v, a, b in mask_runs(plain.loss_mask) if v]
+        assert not any("<tool_call>" in t for t in plain_actions)
+        prompt_end = written.loss_mask.index(1)
+        assert written.token_ids[:prompt_end] == plain.token_ids[:prompt_end]
