@@ -258,3 +258,13 @@ def test_signature_tool_schemas_drop_what_a_python_signature_cannot_carry(tok):
         "name"] == "lookup"
     with pytest.raises(ValueError, match="tool_schemas"):
         LLMAgent(ScriptedBackend([]), tok, tool_schemas="python")
+
+
+def test_signature_schemas_refuse_a_tool_no_python_function_can_be(tok):
+    tool = {"type": "function", "function": {
+        "name": "fetch", "description": "Fetch.", "parameters": {
+            "type": "object", "properties": {"max-bytes": {"type": "integer"}}}}}
+    obs = [{"role": "user", "content": "go"}]
+    LLMAgent(ScriptedBackend([]), tok).reset(obs, {"tools": [tool]})  # env: shown as is
+    with pytest.raises(ValueError, match="'max-bytes' is not a Python parameter name"):
+        LLMAgent(ScriptedBackend([]), tok, tool_schemas="signature").reset(obs, {"tools": [tool]})
