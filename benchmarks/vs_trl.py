@@ -32,8 +32,10 @@ One invocation, every part in sequence so each has the whole CPU:
 4. **Report**: ``OUT/results.json`` and ``OUT/table.md`` (also printed): per side the
    lr, learner steps, completions/s and generated tokens/s over the training loop,
    peak RSS of the training process, greedy held-out accuracy before -> after and
-   the gain; and the two targets: SAO's gain minus TRL's (>= +10 points) and SAO's
-   completions/s over TRL's (>= 0.75).
+   the gain, greedy accuracy on the first 200 training problems before -> after
+   (held-out falling while this rises is memorisation), SAO's median learner step
+   split into policy and critic time; and the two targets: SAO's gain minus TRL's
+   (>= +10 points) and SAO's completions/s over TRL's (>= 0.75).
 
 The two sides, on the same footing: both sample at temperature 1 from the full
 softmax (no top-k or top-p), at most 40 new tokens, 64 completions per learner step,
@@ -80,6 +82,7 @@ import argparse
 import logging
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -162,9 +165,16 @@ if ENV_ID not in gymnasium.registry:  # this file may run as __main__ and be imp
 # ---------- greedy evaluation ----------
 
 
-def evaluate_greedy(model_dir: str | Path) -> dict[str, Any]:
+TRAINED_PROBLEMS = 200
+"""Training problems scored alongside the held-out set (the first of the fixed order)."""
+
+
+def evaluate_greedy(model_dir: str | Path, split: str = "heldout") -> dict[str, Any]:
     """Greedy accuracy of a checkpoint on the 200 held-out problems (HF ``generate``).
 
+    ``split="train"``: on the first :data:`TRAINED_PROBLEMS` training problems instead,
+    the ones both trainers draw from (held-out accuracy falling while this rises is
+    the policy memorising answers rather than learning the arithmetic).
     Prompts are rendered as the agent renders them (the checkpoint's chat template,
     no tools, generation prompt) and batched by length (no padding); each completion
     is cut at the first end-of-turn token and scored with :func:`score`.
@@ -176,7 +186,8 @@ def evaluate_greedy(model_dir: str | Path) -> dict[str, Any]:
     model, tokenizer = load_policy(model_dir)
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     groups: dict[int, list[tuple[list[int], dict]]] = defaultdict(list)
-    for task in split_tasks("heldout"):
+    tasks = split_tasks(split)
+    for task in tasks[:TRAINED_PROBLEMS] if split == "train" else tasks:
         text = tokenizer.apply_chat_template([{"role": "user", "content": task["prompt"]}],
                                              add_generation_prompt=True, tokenize=False)
         ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -201,10 +212,10 @@ def evaluate_greedy(model_dir: str | Path) -> dict[str, Any]:
             "mean_reward": sum(rewards) / n, "samples": samples}
 
 
-def cached_eval(model_dir: str | Path, path: Path) -> dict[str, Any]:
+def cached_eval(model_dir: str | Path, path: Path, split: str = "heldout") -> dict[str, Any]:
     """:func:`evaluate_greedy`, kept in ``path``."""
     if not path.exists():
-        write_json(path, evaluate_greedy(model_dir))
+        write_json(path, evaluate_greedy(model_dir, split))
     return read_json(path)
 
 
@@ -225,7 +236,7 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
             raise SystemExit(f"{part} was warm-started with weight decay "
                              f"{kept.get('weight_decay', WARM['weight_decay'])}, not "
                              f"{weight_decay}: use another --out")
-        return kept
+        return _with_trained_eval(part, kept)
     from transformers import AutoTokenizer
 
     from sao_gym.models import tiny_model
@@ -265,7 +276,13 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
               "sft_seconds": round(time.monotonic() - start, 1), **last,
               "eval": evaluate_greedy(model)}
     write_json(part / "result.json", result)
-    return result
+    return _with_trained_eval(part, result)
+
+
+def _with_trained_eval(part: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` with ``eval_trained``: the checkpoint's accuracy on trained problems."""
+    return {**result, "eval_trained": cached_eval(result["model"], part / "eval_trained.json",
+                                                  "train")}
 
 
 # ---------- the SAO side (a worker process: this file with --sao-worker SPEC) ----------
@@ -291,15 +308,23 @@ def sao_config(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+STEP_TIMES = ("learner/step_time_s", "learner/policy_time_s", "learner/critic_time_s")
+"""The learner's per-step timings the SAO side records (medians in train.json)."""
+
+
 class _Deadline:
     """A metric sink: records each step's mean reward, stops the trainer past the budget."""
 
     def __init__(self, seconds: float):
         self.seconds, self.trainer, self.start = seconds, None, time.monotonic()
         self.rewards: list[float] = []
+        self.times: dict[str, list[float]] = {k: [] for k in STEP_TIMES}
 
     def log(self, step: int, metrics: Any) -> None:
         self.rewards.append(round(float(metrics.get("rollout/return_mean", 0.0)), 4))
+        for key, values in self.times.items():
+            if key in metrics:
+                values.append(float(metrics[key]))
         elapsed = time.monotonic() - self.start
         if step % 10 == 0 or elapsed >= self.seconds:
             say(f"sao step {step}: mean reward {self.rewards[-1]:.3f}, {elapsed:.0f} s")
@@ -334,7 +359,9 @@ def sao_worker(spec_path: Path) -> None:
         "steps": trainer.learner.steps_done, "completions": counters.delivered,
         "generated_tokens": counters.action_tokens, "wall_s": round(trainer.loop_seconds, 2),
         "peak_rss_mb": peak_rss_mb(), "policy": str(last / "policy"),
-        "train_rewards": deadline.rewards, "torch_threads": torch_threads()})
+        "train_rewards": deadline.rewards, "torch_threads": torch_threads(),
+        "step_times_median_s": {k.split("/")[1]: round(statistics.median(v), 4)
+                                for k, v in deadline.times.items() if v}})
 
 
 def train_sao(spec: dict[str, Any], log: Path, threads: int | None) -> None:
@@ -416,6 +443,7 @@ def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes
             train_trl(spec, log, args.threads, python)
     train = read_json(run_dir / "train.json")
     after = cached_eval(train["policy"], run_dir / "eval.json")
+    trained = cached_eval(train["policy"], run_dir / "eval_trained.json", "train")
     before = warm["eval"]["accuracy"]
     wall = max(train["wall_s"], 1e-9)
     result = {"name": name, "side": side, "phase": phase, "lr": lr, "minutes": minutes,
@@ -425,6 +453,9 @@ def run_part(args: argparse.Namespace, side: str, phase: str, lr: float, minutes
               "tokens_per_s": round(train["generated_tokens"] / wall, 2),
               "accuracy_before": before, "accuracy_after": after["accuracy"],
               "gain_points": round(100 * (after["accuracy"] - before), 2),
+              "trained_accuracy_before": warm["eval_trained"]["accuracy"],
+              "trained_accuracy_after": trained["accuracy"],
+              "step_times_median_s": train.get("step_times_median_s", {}),
               "train_rewards_first_last": _first_last(train["train_rewards"])}
     write_json(run_dir / "result.json", result)
     say(f"{name}: {result['steps']} steps, {result['completions_per_s']:.2f} completions/s, "
@@ -467,6 +498,17 @@ def table(trl: dict[str, Any], sao: dict[str, Any], targets: dict[str, Any],
            for r in (trl, sao)]
     lines.append(f"| greedy held-out accuracy | {acc[0]} | {acc[1]} |")
     lines.append(f"| gain (points) | {trl['gain_points']:+.1f} | {sao['gain_points']:+.1f} |")
+    if all("trained_accuracy_after" in r for r in (trl, sao)):  # runs kept from before it
+        trained = [f"{100 * r['trained_accuracy_before']:.1f}% -> "
+                   f"{100 * r['trained_accuracy_after']:.1f}%" for r in (trl, sao)]
+        lines.append(f"| greedy accuracy on {TRAINED_PROBLEMS} trained problems | "
+                     f"{trained[0]} | {trained[1]} |")
+    times = sao.get("step_times_median_s") or {}
+    if times:
+        lines.append("| SAO learner step, median: total / policy / critic (s) | | "
+                     + " / ".join(f"{times.get(k, float('nan')):.2f}"
+                                  for k in ("step_time_s", "policy_time_s", "critic_time_s"))
+                     + " |")
     lines += ["", "| target | value | goal | met |", "|---|---|---|---|",
               f"| SAO gain - TRL gain (points) | {targets['gain_difference_points']:+.1f} | "
               f">= +{TARGET_GAIN_POINTS:g} | {'yes' if targets['gain_met'] else 'no'} |",
