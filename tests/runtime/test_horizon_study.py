@@ -66,6 +66,18 @@ def test_a_finished_run_needs_no_warm_start(study, tmp_path, monkeypatch):
             / "eval_after.json").exists()
 
 
+def test_jobs_take_the_warm_starts_in_turn(study):
+    rows = ["SAO", "GRPO+DIS (G=8)", "SAO, bootstrap truncated"]
+    jobs = study.job_order(["short", "long"], [1, 2], rows)
+    # every run once; the long-only row only at the long horizon
+    assert sorted(jobs) == sorted(
+        [(h, n, s) for h in ("short", "long") for s in (1, 2) for n in rows[:2]]
+        + [("long", rows[2], 1), ("long", rows[2], 2)])
+    # the first jobs each need a different warm start, so a pool of 2 makes two at once
+    assert len({(h, s) for h, _, s in jobs[:4]}) == 4
+    assert study.job_order(["long"], [0], ["SAO"]) == [("long", "SAO", 0)]
+
+
 def test_trl_wall_clock_sums_resumed_segments(tmp_path):
     bench = import_benchmark("vs_trl_heldout")
     run = tmp_path / "run"
