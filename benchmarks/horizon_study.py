@@ -32,7 +32,8 @@ kept, an interrupted run resumes from its last checkpoint)::
 
 ``--rows``, ``--horizons`` and ``--seeds`` pick a subset; ``--report`` only
 redraws from what has finished. ``--archive DIR`` keeps every finished run's
-small files (config, evaluations, critic values, gzipped metrics) in DIR and
+small files (config, evaluations, critic values, gzipped metrics) in DIR, and
+each warm start (its checkpoint, ~2.5 MB) while a run of it is unfinished, and
 restores them into ``--out`` first, so a study too long for one sitting spreads
 over several (the checked-in one: ``docs/data/horizon_study``).
 """
@@ -132,6 +133,8 @@ def run_row(out: Path, horizon: str, name: str, seed: int, steps: int,
     if not (run / "eval_after.json").exists():
         with _WARM_LOCKS.setdefault((horizon, seed), threading.Lock()):  # made once
             warm = ls.warm_start(out / horizon, seed)
+            if archive is not None:
+                keep_warm(warm, archive / warm.relative_to(out))
         fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
         sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
         run = ls.train(out / horizon, warm, name, sets, seed, steps)
@@ -157,8 +160,48 @@ def keep(run: Path, dest: Path) -> None:
         shutil.copyfileobj(f, g)
 
 
+WARM_KEPT = ("config.yaml", "eval_before.json")
+"""A warm start's files :func:`keep_warm` archives, with its checkpoint ``model/warm_start``."""
+
+
+def keep_warm(warm: Path, dest: Path) -> None:
+    """Archive a warm start (its fitted config, evaluation and checkpoint, ~2.5 MB).
+
+    It stays in the archive while a run of it is unfinished (:func:`drop_warm`), so a
+    study that spans sessions does not remake it: a 32-hop warm start takes 30-85 min.
+    """
+    if (dest / "model" / "warm_start" / "config.json").exists():
+        return
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(warm / "model" / "warm_start", tmp / "model" / "warm_start")
+    for name in WARM_KEPT:
+        shutil.copy(warm / name, tmp / name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def drop_warm(archive: Path, horizon: str, seeds: list[int]) -> None:
+    """Remove archived warm starts of ``horizon`` whose every row has finished."""
+    for seed in seeds:
+        warm = archive / horizon / "warm" / f"seed{seed}"
+        done = all((archive / horizon / "runs" / ls.slug(name) / f"seed{seed}"
+                    / "eval_after.json").exists() for name in rows_at(horizon))
+        if done and warm.exists():
+            shutil.rmtree(warm)
+
+
 def restore(archive: Path, out: Path) -> int:
-    """Bring archived finished runs back into ``out`` (where missing); how many."""
+    """Bring archived finished runs and warm starts back into ``out`` (where missing).
+
+    Returns how many finished runs were restored.
+    """
+    for kept in archive.glob("*/warm/seed*/model/warm_start/config.json"):
+        src = kept.parents[2]
+        dest = out / src.relative_to(archive)
+        if not (dest / "model" / "warm_start" / "config.json").exists():
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(src, dest)
     n = 0
     for done in archive.glob("*/runs/*/seed*/eval_after.json"):
         src = done.parent
@@ -345,6 +388,9 @@ def main(argv: list[str] | None = None) -> None:
                        for h, name, seed in jobs]
             for f in futures:
                 f.result()
+        if args.archive is not None:
+            for h in args.horizons:
+                drop_warm(args.archive, h, args.seeds)
     report(args.out, args.horizons, args.rows, args.seeds, steps_of, args.value_episodes)
 
 

@@ -66,6 +66,42 @@ def test_a_finished_run_needs_no_warm_start(study, tmp_path, monkeypatch):
             / "eval_after.json").exists()
 
 
+def _warm_start(warm: Path) -> None:
+    (warm / "model" / "warm_start").mkdir(parents=True)
+    (warm / "model" / "warm_start" / "config.json").write_text("{}")
+    (warm / "model" / "warm_start" / "model.safetensors").write_bytes(b"w" * 100)
+    (warm / "model" / "base").mkdir()
+    (warm / "model" / "base" / "model.safetensors").write_bytes(b"b" * 100)
+    (warm / "config.yaml").write_text("seed: 1\n")
+    (warm / "eval_before.json").write_text(json.dumps({"success_rate": 0.4}))
+
+
+def test_a_warm_start_is_archived_until_its_rows_finish(study, tmp_path):
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    warm = out / "long" / "warm" / "seed1"
+    _warm_start(warm)
+    study.keep_warm(warm, archive / "long" / "warm" / "seed1")
+    kept = archive / "long" / "warm" / "seed1"
+    assert (kept / "model" / "warm_start" / "model.safetensors").read_bytes() == b"w" * 100
+    assert not (kept / "model" / "base").exists()  # the rows start from warm_start only
+    assert not list(archive.glob("**/*.tmp"))
+
+    fresh = tmp_path / "fresh"
+    study.restore(archive, fresh)
+    back = fresh / "long" / "warm" / "seed1"
+    assert json.loads((back / "eval_before.json").read_text())["success_rate"] == 0.4
+    assert (back / "model" / "warm_start" / "config.json").exists()
+
+    names = list(study.rows_at("long"))
+    for name in names[:-1]:
+        _finished_run(archive / "long" / "runs" / study.ls.slug(name) / "seed1", [{"step": 1}])
+    study.drop_warm(archive, "long", [1])
+    assert kept.exists()  # one row of it is still to run
+    _finished_run(archive / "long" / "runs" / study.ls.slug(names[-1]) / "seed1", [{"step": 1}])
+    study.drop_warm(archive, "long", [1])
+    assert not kept.exists()
+
+
 def test_jobs_take_the_warm_starts_in_turn(study):
     rows = ["SAO", "GRPO+DIS (G=8)", "SAO, bootstrap truncated"]
     jobs = study.job_order(["short", "long"], [1, 2], rows)
