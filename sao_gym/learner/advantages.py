@@ -16,7 +16,7 @@ marking action tokens (nonzero = sampled by the policy), as in
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Iterable
 from typing import Any
 
@@ -181,19 +181,31 @@ class RunningMeanBaseline:
     last ``window`` rewards overall, whatever the prompt (the paper's online
     experiment: 128). The mean is taken **before** the current reward is
     recorded; with no history it is ``initial``. Each window is a
-    ``deque(maxlen=window)``; per-prompt mode keeps one per prompt seen.
+    ``deque(maxlen=window)``; per-prompt mode keeps one per prompt seen, up
+    to ``max_prompts`` (the least recently seen is forgotten first).
+
+    A per-prompt window is a baseline only where prompts come back: on a
+    stream of fresh tasks (a generated env, one epoch of a large dataset) every
+    window is empty, the baseline stays ``initial`` and the advantage is the
+    raw reward. :meth:`metrics` shows it: ``baseline/with_history`` is the
+    share of the last batch whose window had any reward in it.
 
     Prompt ids must be hashable; use ``str`` or ``int`` ids for
     :meth:`state_dict` to survive a JSON round trip unchanged.
     """
 
-    def __init__(self, window: int = 8, *, per_prompt: bool = True, initial: float = 0.0):
+    def __init__(self, window: int = 8, *, per_prompt: bool = True, initial: float = 0.0,
+                 max_prompts: int = 100_000):
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
+        if max_prompts < 1:
+            raise ValueError(f"max_prompts must be >= 1, got {max_prompts}")
         self.window = window
         self.per_prompt = per_prompt
         self.initial = float(initial)
-        self._history: dict[Hashable, deque[float]] = {}
+        self.max_prompts = max_prompts
+        self._history: OrderedDict[Hashable, deque[float]] = OrderedDict()
+        self._last: list[tuple[float, bool]] = []  # (baseline, had history) of the last batch
 
     def _key(self, prompt_id: Hashable) -> Hashable:
         return prompt_id if self.per_prompt else None
@@ -205,12 +217,18 @@ class RunningMeanBaseline:
 
     def advantage(self, prompt_id: Hashable, reward: float) -> float:
         """Return ``reward - baseline(prompt_id)``, then record ``reward``."""
-        advantage = float(reward) - self.baseline(prompt_id)
+        baseline = self.baseline(prompt_id)
         key = self._key(prompt_id)
-        if key not in self._history:
+        had = key in self._history
+        if had:
+            self._history.move_to_end(key)
+        else:
             self._history[key] = deque(maxlen=self.window)
+            if len(self._history) > self.max_prompts:
+                self._history.popitem(last=False)
         self._history[key].append(float(reward))
-        return advantage
+        self._last.append((baseline, had))
+        return float(reward) - baseline
 
     def advantages(self, prompt_ids: Iterable[Hashable], rewards: Iterable[float]) -> list[float]:
         """:meth:`advantage` over a batch, in order.
@@ -220,7 +238,20 @@ class RunningMeanBaseline:
         prompt_ids, rewards = list(prompt_ids), list(rewards)
         if len(prompt_ids) != len(rewards):
             raise ValueError(f"{len(prompt_ids)} prompt ids but {len(rewards)} rewards")
+        self._last = []
         return [self.advantage(p, r) for p, r in zip(prompt_ids, rewards, strict=True)]
+
+    def metrics(self) -> dict[str, float]:
+        """The last :meth:`advantages` batch's baseline, as step metrics.
+
+        ``baseline/mean``: the mean baseline subtracted; ``baseline/with_history``:
+        the share of rollouts whose window held a reward (0: ``initial`` for all).
+        """
+        if not self._last:
+            return {}
+        n = len(self._last)
+        return {"baseline/mean": math.fsum(b for b, _ in self._last) / n,
+                "baseline/with_history": sum(h for _, h in self._last) / n}
 
     def state_dict(self) -> dict[str, Any]:
         """Config and history as plain JSON-able data (history as ``[id, rewards]`` pairs)."""
@@ -241,8 +272,8 @@ class RunningMeanBaseline:
             raise ValueError(
                 f"state has per_prompt={state['per_prompt']}, this baseline {self.per_prompt}"
             )
-        self._history = {}
-        for key, rewards in state["history"]:
+        self._history = OrderedDict()
+        for key, rewards in state["history"][-self.max_prompts:]:
             key = tuple(key) if isinstance(key, list) else key
             self._history[key] = deque((float(r) for r in rewards), maxlen=self.window)
 

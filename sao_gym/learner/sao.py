@@ -275,6 +275,8 @@ class Learner:
             metrics.update(critic_metrics)
         advantages = self.spec.advantages(AdvantageBatch(rollouts, mbs, self.config,
                                                          values_after, self.state))
+        if hasattr(self.state, "metrics"):  # an algorithm's state may report on itself
+            metrics.update(self.state.metrics())
         policy_start = time.perf_counter()
         train_policy = self.steps_done >= self._base_lrs[0][2]
         if train_policy:

@@ -251,6 +251,34 @@ def test_running_mean_order_semantics():
         RunningMeanBaseline(window=0)
 
 
+def test_running_mean_reports_whether_its_windows_had_history():
+    base = RunningMeanBaseline(window=4, initial=0.25)
+    assert base.metrics() == {}
+    base.advantages(["a", "b", "a"], [1.0, 0.0, 0.0])  # "a" repeats within the batch
+    assert base.metrics() == {"baseline/mean": pytest.approx((0.25 + 0.25 + 1.0) / 3),
+                              "baseline/with_history": pytest.approx(1 / 3)}
+    base.advantages([f"fresh{i}" for i in range(5)], [1.0] * 5)  # a stream of new tasks
+    assert base.metrics() == {"baseline/mean": 0.25, "baseline/with_history": 0.0}
+    glob = RunningMeanBaseline(window=4, per_prompt=False)
+    glob.advantages(["x", "y", "z"], [1.0, 0.0, 1.0])
+    assert glob.metrics()["baseline/with_history"] == pytest.approx(2 / 3)
+    assert glob.metrics()["baseline/mean"] == pytest.approx((0 + 1.0 + 0.5) / 3)
+
+
+def test_running_mean_forgets_the_least_recently_seen_prompt_first():
+    base = RunningMeanBaseline(window=2, max_prompts=2)
+    base.advantages(["a", "b"], [1.0, 1.0])
+    base.advantage("a", 0.0)  # "a" seen again: "b" is now the oldest
+    base.advantage("c", 1.0)  # over the bound: "b" goes
+    assert base.baseline("a") == 0.5 and base.baseline("c") == 1.0
+    assert base.baseline("b") == 0.0 and len(base._history) == 2
+    restored = RunningMeanBaseline(window=2, max_prompts=1)
+    restored.load_state_dict(json.loads(json.dumps(base.state_dict())))
+    assert list(restored._history) == ["c"]  # the most recent survive a smaller bound
+    with pytest.raises(ValueError, match="max_prompts"):
+        RunningMeanBaseline(max_prompts=0)
+
+
 @pytest.mark.parametrize("per_prompt", [True, False])
 def test_running_mean_state_dict_round_trip(per_prompt):
     rng = random.Random(1)

@@ -209,6 +209,20 @@ def test_non_finite_loss_skips_the_step_and_keeps_weights(tiny_model_path):
     assert m["learner/skipped_steps"] == 1 and learner.policy_version == 1
 
 
+def test_the_running_mean_learner_reports_its_baseline(tiny_model_path):
+    learner = build_learner("running_mean", tiny_model_path, LearnerConfig(lr=1e-3))
+    fresh = [segments_rollout([([1, 2], False), ([3, 4], True)], r, task_id=f"t{i}")
+             for i, r in enumerate([1.0, 0.0, 1.0])]
+    m = learner.update(fresh)
+    assert m["baseline/with_history"] == 0.0 and m["baseline/mean"] == 0.0
+    assert m["advantage/mean"] == pytest.approx(2 / 3)  # no baseline: the raw rewards
+    m = learner.update(fresh)  # the same tasks again: each window holds its reward
+    assert m["baseline/with_history"] == 1.0 and m["baseline/mean"] == pytest.approx(2 / 3)
+    assert m["advantage/mean"] == pytest.approx(0.0)
+    assert "baseline/mean" not in build_learner("sao", tiny_model_path,
+                                                LearnerConfig(lr=1e-3)).update(fresh)
+
+
 def test_state_dict_resume_is_exact(tiny_model_path):
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1)
     a = build_learner("sao", tiny_model_path, cfg)
