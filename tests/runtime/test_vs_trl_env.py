@@ -81,3 +81,23 @@ def test_reset_draws_from_its_split(vs_trl, arith, split):
 
 def test_passes_the_checker(vs_trl):
     assert len(check_agent_env(sao_gym.make(vs_trl.QUALIFIED_ENV_ID))) == 7
+
+
+def _side(**extra):
+    return {"lr": 5e-5, "steps": 10, "wall_s": 60.0, "completions_per_s": 10.0,
+            "tokens_per_s": 100.0, "peak_rss_mb": 1000.0, "accuracy_before": 0.25,
+            "accuracy_after": 0.2, "gain_points": -5.0, **extra}
+
+
+def test_the_report_shows_trained_problems_and_the_sao_step_split(vs_trl):
+    targets = {"gain_difference_points": 1.0, "gain_met": False, "throughput_ratio": 0.5,
+               "throughput_met": False}
+    trl = _side(trained_accuracy_before=0.9, trained_accuracy_after=0.95)
+    sao = _side(trained_accuracy_before=0.9, trained_accuracy_after=0.99,
+                step_times_median_s={"step_time_s": 2.5, "policy_time_s": 0.8,
+                                     "critic_time_s": 1.4})
+    text = vs_trl.table(trl, sao, targets, [])
+    assert "| greedy accuracy on 200 trained problems | 90.0% -> 95.0% | 90.0% -> 99.0% |" in text
+    assert "total / policy / critic (s) | | 2.50 / 0.80 / 1.40 |" in text
+    old = vs_trl.table(_side(), _side(), targets, [])  # results kept from before these rows
+    assert "trained problems" not in old and "critic (s)" not in old
