@@ -311,6 +311,23 @@ def _evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
                         on_done=done)
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    from sao_gym.viewer.server import check_run_dirs, serve
+
+    try:
+        check_run_dirs(args.run_dirs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        serve(args.run_dirs, host=args.host, port=args.port,
+              say=lambda line: print(line, file=sys.stderr, flush=True))
+    except OSError as e:  # the port is taken, the address is not this machine's
+        print(f"error: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from sao_gym.plotting import plot_runs
 
@@ -467,6 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--smooth", type=float, default=0.9,
                       help="EMA weight in [0, 1) (default 0.9; 0: raw curves only)")
     plot.set_defaults(fn=_cmd_plot)
+    view = sub.add_parser("view", help="look at runs in the browser: curves, episodes, tokens")
+    view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    view.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (default 127.0.0.1, this machine only; any "
+                           "other address serves the runs to whoever can reach it)")
+    view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    view.set_defaults(fn=_cmd_view)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     avs = bench_sub.add_parser("async-vs-sync", help="training throughput, async vs sync mode")
