@@ -9,7 +9,6 @@ from sao_gym.adapters.atif import ATIF_VERSION, trajectory
 from sao_gym.cli import main
 from sao_gym.rollout_store import RolloutReader, RolloutWriter, rollout_record
 from sao_gym.types import Rollout, StopReason
-from tests.adapters.scratch_venv import ScratchVenvError, find_python, scratch_venv
 from tests.viewer.helpers import hostile_run
 
 
@@ -97,17 +96,6 @@ for f in sorted(Path(sys.argv[1]).rglob("*.json")):
     n += 1
 print(n)
 """
-
-
-@pytest.fixture(scope="module")
-def harbor_python():
-    python = find_python((3, 12))
-    if python is None:
-        pytest.skip("harbor 0.25 needs Python >= 3.12: none on PATH or in pyenv")
-    try:
-        return scratch_venv("harbor", ["harbor==0.25.*"], python=python)
-    except ScratchVenvError as e:
-        pytest.fail(f"could not build the harbor venv:\n{e}")
 
 
 @pytest.mark.slow

@@ -30,6 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
+TINY_RUN = ["--set", "env=sao_gym/Arithmetic-v0", "--set", "warm_start=null",
+            "--set", "rollout.max_new_tokens=12", "--set", "rollout.max_episode_steps=3",
+            "--set", "rollout.max_context_tokens=1024", "--set", "learner.critic_warmup_steps=0"]
+"""`sao-gym train` settings of a quick run of the tiny model (no warm start)."""
+
 HOSTILE = ['<script>window.__pwned = 1</script>',
            '<img src=x onerror="window.__pwned = 2">',
            '<a href="javascript:window.__pwned = 3">click</a>',

@@ -8,15 +8,19 @@ import pytest
 
 from sao_gym.cli import main
 from sao_gym.rollout_store import RolloutReader
-from tests.viewer.helpers import HOSTILE, Viewer, chromium, console_errors, hostile_run
+from tests.viewer.helpers import (
+    HOSTILE,
+    TINY_RUN,
+    Viewer,
+    chromium,
+    console_errors,
+    hostile_run,
+)
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["--set", "env=sao_gym/Arithmetic-v0", "--set", "warm_start=null",
-         "--set", "total_steps=20", "--set", "rollout.batch_size=2",
-         "--set", "rollout.concurrency=4", "--set", "rollout.max_new_tokens=12",
-         "--set", "rollout.max_episode_steps=3", "--set", "rollout.max_context_tokens=1024",
-         "--set", "learner.critic_warmup_steps=0", "--set", "inference.max_batch_size=4",
+TRAIN = [*TINY_RUN, "--set", "total_steps=20", "--set", "rollout.batch_size=2",
+         "--set", "rollout.concurrency=4", "--set", "inference.max_batch_size=4",
          "--set", "eval.episodes=3", "--set", "checkpoint.every=0",
          "--set", "logging.rollouts_per_step=2"]
 

@@ -12,15 +12,12 @@ import pytest
 from sao_gym.adapters.atif import export_run
 from sao_gym.logging import read_metrics
 from sao_gym.rollout_store import RolloutReader
-from tests.viewer.helpers import ROOT, Viewer
+from tests.viewer.helpers import ROOT, TINY_RUN, Viewer
 
 pytestmark = pytest.mark.slow
 
-SETTINGS = ["--set", "env=sao_gym/Arithmetic-v0", "--set", "warm_start=null",
-            "--set", "total_steps=200", "--set", "rollout.batch_size=4",
-            "--set", "rollout.concurrency=8", "--set", "rollout.max_new_tokens=12",
-            "--set", "rollout.max_episode_steps=3", "--set", "rollout.max_context_tokens=1024",
-            "--set", "learner.critic_warmup_steps=0", "--set", "eval.episodes=0",
+SETTINGS = [*TINY_RUN, "--set", "total_steps=200", "--set", "rollout.batch_size=4",
+            "--set", "rollout.concurrency=8", "--set", "eval.episodes=0",
             "--set", "checkpoint.every=2", "--set", "logging.rollouts_per_step=4",
             "--set", "logging.rollouts_segment_mb=0.05"]
 

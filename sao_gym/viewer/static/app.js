@@ -179,12 +179,12 @@ const FILTERS = ["step_min", "step_max", "reward_min", "reward_max", "stop_reaso
   "task", "truncated", "infra", "traced"];
 
 async function episodeList(run, split, params) {
-  const runs = await getJSON("/api/runs");
+  if (!params.has("size")) params.set("size", "50");
+  const [runs, page] = await Promise.all([getJSON("/api/runs"),
+    getJSON(`/api/runs/${run}/splits/${encodeURIComponent(split)}/episodes?${params}`)]);
   const r = runs[run];
   if (!r) throw new Error(`no run ${run}`);
   setCrumbs(["runs", "/"], [r.name, null], [split, null]);
-  if (!params.has("size")) params.set("size", "50");
-  const page = await getJSON(`/api/runs/${run}/splits/${encodeURIComponent(split)}/episodes?${params}`);
   clear(main);
   main.appendChild(el("div", { class: "pager" }, "split: ",
     ...r.splits.map(s => s === split ? el("strong", { text: s })
@@ -276,12 +276,12 @@ function colourFor(kind, v, lo, hi) {
 }
 
 async function episodePage(run, split, id, params) {
-  const runs = await getJSON("/api/runs");
+  const [runs, rec] = await Promise.all([getJSON("/api/runs"),
+    getJSON(`/api/runs/${run}/splits/${encodeURIComponent(split)}/episodes/${encodeURIComponent(id)}`)]);
   const r = runs[run];
   if (!r) throw new Error(`no run ${run}`);
   const base = `/runs/${run}/${encodeURIComponent(split)}`;
   setCrumbs(["runs", "/"], [r.name, null], [split, base], [`episode ${id}`, null]);
-  const rec = await getJSON(`/api/runs/${run}/splits/${encodeURIComponent(split)}/episodes/${encodeURIComponent(id)}`);
   clear(main);
   const meta = [["split", rec.split], ["id", rec.id], ["learner step", rec.step],
     ["environment", rec.env_id], ["task", rec.task_id], ["seed", rec.seed], ["reward", rec.reward],
