@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> None:
                 _drawn(driver)
                 time.sleep(0.5)  # the curves' canvas
                 if name == "viewer_episode":
+                    driver.set_window_size(1400, 1500)
+                    time.sleep(0.3)
                     strip = driver.find_element(By.ID, "strip")
                     driver.execute_script("arguments[0].scrollIntoView()", strip)
                     acts = driver.find_elements(By.CSS_SELECTOR, "#strip span.act")

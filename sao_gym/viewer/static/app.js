@@ -148,7 +148,8 @@ async function overview() {
     const opts = { width: 460, height: 240, scales: { x: { time: false } },
       series: [{ label: "step" }, ...runs.map((r, i) => ({ label: r.name, stroke: COLORS[i % COLORS.length],
         width: 1.5, spanGaps: true }))],
-      axes: [{ label: "learner step" }, {}] };
+      axes: [{ label: "learner step" },
+        { values: (u, vals) => vals.map(v => v === null ? "" : String(+v.toPrecision(4))) }] };
     const u = new uPlot(opts, series(metric), box);
     u._metric = metric;
     charts.push(u);
@@ -348,8 +349,9 @@ async function episodePage(run, split, id, params) {
     for (const [k, label] of available) lines.push(`${label}: ${fmt(quantity(rec, k)[i], 6)}`);
     tip.textContent = lines.join("\n");
     tip.hidden = false;
-    tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 360) + "px";
-    tip.style.top = (ev.clientY + 16) + "px";
+    const below = ev.clientY + 16 + tip.offsetHeight < window.innerHeight;
+    tip.style.left = Math.max(0, Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 8)) + "px";
+    tip.style.top = (below ? ev.clientY + 16 : Math.max(0, ev.clientY - tip.offsetHeight - 10)) + "px";
   });
   strip.addEventListener("mouseleave", () => { tip.hidden = true; if (hovered) hovered.classList.remove("hover"); });
 }
