@@ -47,9 +47,9 @@ LEARNER_KEYS = ("logprob", "ratio", "dis_mask", "advantage", "value", "return")
 """The learner's per-token quantities a traced training record carries (any subset)."""
 
 SUMMARY_KEYS = ("step", "reward", "stop_reason", "env_id", "task_id", "seed", "truncated",
-                "infra_failure", "turns", "tokens", "action_tokens", "policy_version",
-                "traced", "time")
-"""Fields of an index line besides ``id``, ``seg``, ``off`` and ``len``."""
+                "infra_failure", "turns", "tokens", "action_tokens", "traced")
+"""Fields of an index line besides ``id``, ``off`` and ``len`` (what the viewer's list
+shows, filters and sorts by; the fewer, the faster a reader loads 100,000 of them)."""
 
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _SEGMENT = re.compile(r"^(\d{6})\.jsonl$")
@@ -117,9 +117,7 @@ def summary_of(record: Mapping[str, Any]) -> dict[str, Any]:
             "truncated": bool(record.get("truncated")),
             "infra_failure": bool(record.get("infra_failure")),
             "turns": record.get("metrics", {}).get("turns"), "tokens": len(mask),
-            "action_tokens": sum(1 for m in mask if m),
-            "policy_version": record.get("policy_version"),
-            "traced": "learner" in record, "time": record.get("time")}
+            "action_tokens": sum(1 for m in mask if m), "traced": "learner" in record}
 
 
 def _segments(directory: Path) -> list[int]:
@@ -199,8 +197,8 @@ class RolloutWriter:
         self._data.write(line)  # the whole line in one write, then its index line
         self._data.flush()
         self._size += len(line)
-        self._index.write(_dumps({"id": rid, "seg": self._segment, "off": offset,
-                                  "len": len(line), **summary_of(record)}))
+        self._index.write(_dumps({"id": rid, "off": offset, "len": len(line),
+                                  **summary_of(record)}))
         self._index.flush()
         self.next_id += 1
         self.written += 1
@@ -253,22 +251,37 @@ def _last_id(directory: Path, segments: Sequence[int]) -> int:
     return -1
 
 
+PARSE_CHUNK = 4096
+"""Index lines parsed by one ``json.loads`` (a reader thread lets others run in between)."""
+
+
 @dataclass
 class _SplitIndex:
-    """What a reader has read of one split's index files (read on from where it stopped)."""
+    """What a reader has read of one split's index files (read on from where it stopped).
 
-    entries: list[dict[str, Any]] = field(default_factory=list)
-    by_id: dict[int, dict[str, Any]] = field(default_factory=dict)
+    ``lines`` are the raw index lines in write order, ``parsed`` their entries as
+    far as they were needed: the first page of a split and its facets need no
+    parse of the rest.
+    """
+
+    lines: list[bytes] = field(default_factory=list)
+    segs: list[int] = field(default_factory=list)
+    parsed: list[dict[str, Any] | None] = field(default_factory=list)  # None: not yet
     read_to: dict[int, int] = field(default_factory=dict)
     """Bytes of each segment's index file consumed (whole lines only)."""
+    distinct: dict[str, tuple[int, set[str]]] = field(default_factory=dict)
+    """Per field: how many lines were scanned, and the values seen."""
 
 
 class RolloutReader:
     """Reads the rollouts of one run directory, while it is being written too.
 
-    :meth:`episodes` reads each split's index files incrementally (only what
-    was appended since the last call), skipping a torn last line; entries of
-    segments rotated away disappear.
+    Each call reads the split's index files on from where the last stopped
+    (what was appended since), skipping a torn last line; entries of segments
+    rotated away disappear. Lines are parsed when first needed: :meth:`count`,
+    :meth:`page` (entries in write order) and :meth:`values` (the distinct values
+    of a field) parse only what they return, :meth:`episodes` everything. Not
+    thread-safe: one thread at a time per reader.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str]):
@@ -283,20 +296,22 @@ class RolloutReader:
         names = [p.name for p in self.root.iterdir() if p.is_dir() and _SPLIT.match(p.name)]
         return sorted(names, key=lambda n: (n != "train", n))
 
-    def episodes(self, split: str) -> list[dict[str, Any]]:
-        """The split's index entries in write order (``id``, ``seg``, ``off``, ``len``, summary)."""
+    def _read(self, split: str) -> _SplitIndex:
+        """The split's index, read on to the end of its files."""
         check_split(split)
         directory = self.root / split
         state = self._splits.setdefault(split, _SplitIndex())
         present = set(_segments(directory))
         if any(s not in present for s in state.read_to):  # rotated away
-            state.entries = [e for e in state.entries if e["seg"] in present]
-            state.by_id = {e["id"]: e for e in state.entries}
+            keep = [i for i, s in enumerate(state.segs) if s in present]
+            state.lines = [state.lines[i] for i in keep]
+            state.segs = [state.segs[i] for i in keep]
+            state.parsed = [state.parsed[i] for i in keep]
             state.read_to = {s: n for s, n in state.read_to.items() if s in present}
+            state.distinct = {}
         for s in sorted(present):
-            path = directory / f"{s:06d}.index.jsonl"
             try:
-                with open(path, "rb") as f:
+                with open(directory / f"{s:06d}.index.jsonl", "rb") as f:
                     f.seek(state.read_to.get(s, 0))
                     data = f.read()
             except FileNotFoundError:
@@ -305,15 +320,86 @@ class RolloutReader:
             if not end:
                 continue
             state.read_to[s] = state.read_to.get(s, 0) + end
-            new = _parse_index(data[:end])
-            state.entries.extend(new)
-            state.by_id.update((e["id"], e) for e in new)
-        return state.entries
+            new = _complete_lines(data[:end])
+            state.lines += new
+            state.segs += [s] * len(new)
+            state.parsed += [None] * len(new)
+        return state
+
+    def _parse(self, state: _SplitIndex, start: int, stop: int) -> bool:
+        """Parse lines ``[start, stop)`` not parsed yet; drop malformed ones (then True)."""
+        todo = [i for i in range(start, min(stop, len(state.lines))) if state.parsed[i] is None]
+        bad = []
+        for k in range(0, len(todo), PARSE_CHUNK):
+            chunk = todo[k:k + PARSE_CHUNK]
+            for i, e in zip(chunk, _parse_lines([state.lines[i] for i in chunk]), strict=True):
+                if e is None:
+                    bad.append(i)
+                else:
+                    e["seg"] = state.segs[i]
+                    state.parsed[i] = e
+        for i in reversed(bad):  # a line that is no entry (damage from outside): gone
+            del state.lines[i], state.segs[i], state.parsed[i]
+        return bool(bad)
+
+    def count(self, split: str) -> int:
+        """How many entries the split has (lines not parsed yet counted as entries)."""
+        return len(self._read(split).lines)
+
+    def page(self, split: str, start: int, stop: int, *, reverse: bool = False
+             ) -> list[dict[str, Any]]:
+        """Entries ``[start, stop)`` in write order (``reverse``: newest first)."""
+        state = self._read(split)
+        while True:
+            n = len(state.lines)
+            lo, hi = (max(0, n - stop), max(0, n - start)) if reverse else (start, min(stop, n))
+            if not self._parse(state, lo, hi):
+                break
+        rows = state.parsed[lo:hi]
+        return rows[::-1] if reverse else rows
+
+    def episodes(self, split: str) -> list[dict[str, Any]]:
+        """Every index entry of the split in write order.
+
+        Each has ``id``, ``seg``, ``off``, ``len`` and the summary of :data:`SUMMARY_KEYS`.
+        """
+        state = self._read(split)
+        self._parse(state, 0, len(state.lines))
+        return state.parsed
+
+    def values(self, split: str, key: str) -> list[str]:
+        """The distinct values of string field ``key`` over the split, sorted.
+
+        Found in the raw lines (a field's key is written before any string that
+        could hold it, and a quote inside a string is always escaped), so no line
+        is parsed.
+        """
+        state = self._read(split)
+        scanned, seen = state.distinct.get(key, (0, set()))
+        if scanned < len(state.lines):
+            pattern = re.compile(rb'"' + re.escape(key.encode()) + rb'":"((?:[^"\\]|\\.)*)"')
+            found = set(pattern.findall(b"\n".join(state.lines[scanned:])))
+            seen |= {json.loads(b'"' + v + b'"') for v in found}
+            state.distinct[key] = (len(state.lines), seen)
+        return sorted(seen)
 
     def entry(self, split: str, rid: int) -> dict[str, Any] | None:
         """The index entry of record ``rid`` of ``split``, or None."""
-        self.episodes(split)
-        return self._splits[split].by_id.get(rid)
+        state = self._read(split)
+        if not state.lines:
+            return None
+        while self._parse(state, 0, 1):
+            pass
+        if not state.lines:
+            return None
+        i = rid - state.parsed[0]["id"]  # ids count up by one from the oldest line kept
+        if 0 <= i < len(state.lines) and not self._parse(state, i, i + 1) \
+                and state.parsed[i]["id"] == rid:
+            return state.parsed[i]
+        if i < 0:
+            return None
+        # a dropped line, or ids that do not count up: look the id up
+        return next((e for e in self.episodes(split) if e["id"] == rid), None)
 
     def read_bytes(self, split: str, rid: int) -> bytes | None:
         """The stored JSON line of record ``rid`` (None: no such record, or torn)."""
@@ -351,16 +437,17 @@ class RolloutReader:
                     yield rec
 
 
-def _parse_index(data: bytes) -> list[dict[str, Any]]:
-    """Index entries of whole lines; a line that is not a valid entry is skipped."""
+def _parse_lines(lines: list[bytes]) -> list[dict[str, Any] | None]:
+    """Index entries of ``lines`` (None for a line that is not a valid entry)."""
     try:  # one parse for the common case
-        entries = json.loads(b"[" + b",".join(_complete_lines(data)) + b"]")
+        entries = json.loads(b"[" + b",".join(lines) + b"]")
     except ValueError:
         entries = []
-        for line in _complete_lines(data):
+        for line in lines:
             try:
                 entries.append(json.loads(line))
             except ValueError:
-                continue
-    return [e for e in entries if isinstance(e, dict)
-            and all(isinstance(e.get(k), int) for k in ("id", "seg", "off", "len"))]
+                entries.append(None)
+    return [e if isinstance(e, dict) and all(isinstance(e.get(k), int)
+                                             for k in ("id", "off", "len")) else None
+            for e in entries]

@@ -20,15 +20,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 SORT_KEYS = ("id", "step", "reward", "turns", "tokens", "action_tokens", "stop_reason",
-             "task_id", "env_id", "seed", "time")
+             "task_id", "env_id", "seed")
 """Index fields the list sorts by."""
 
 MAX_PAGE = 500
 """Most episodes one page holds."""
 
 LISTED = ("id", "step", "reward", "stop_reason", "env_id", "task_id", "seed", "turns",
-          "tokens", "action_tokens", "truncated", "infra_failure", "traced", "policy_version",
-          "time")
+          "tokens", "action_tokens", "truncated", "infra_failure", "traced")
 """Fields of an entry the list shows."""
 
 _FLAGS = {"truncated": "truncated", "infra": "infra_failure", "traced": "traced"}
@@ -110,13 +109,9 @@ def _sorted(entries: list[dict[str, Any]], key: str, descending: bool) -> list[d
     return present + [e for e in entries if e.get(key) is None]
 
 
-def query(entries: Sequence[dict[str, Any]], params: Mapping[str, str]) -> dict[str, Any]:
-    """One page of ``entries`` as ``params`` asks (module docs).
-
-    Returns ``{"total", "page", "size", "pages", "episodes", "facets"}``; ``facets``
-    holds the stop reasons and environments present in the whole split (for the
-    list's choices).
-    """
+def plan(params: Mapping[str, str]) -> tuple[list[Callable[[dict[str, Any]], bool]], str, str,
+                                             int, int]:
+    """``(filters, sort, order, size, page)`` of ``params``, checked (module docs)."""
     tests = filters(params)
     sort = params.get("sort", "") or "id"
     if sort not in SORT_KEYS:
@@ -124,8 +119,26 @@ def query(entries: Sequence[dict[str, Any]], params: Mapping[str, str]) -> dict[
     order = params.get("order", "") or "asc"
     if order not in ("asc", "desc"):
         raise ValueError(f"order must be asc or desc, got {order!r}")
-    size = _integer(params, "size", 50, 1, MAX_PAGE)
-    page = _integer(params, "page", 0, 0, 10**9)
+    return (tests, sort, order, _integer(params, "size", 50, 1, MAX_PAGE),
+            _integer(params, "page", 0, 0, 10**9))
+
+
+def listed(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``entry`` the list shows (:data:`LISTED`)."""
+    return {k: entry.get(k) for k in LISTED}
+
+
+def query(entries: Sequence[dict[str, Any]], params: Mapping[str, str],
+          facets_of: Callable[[Sequence[dict[str, Any]]], dict[str, list[str]]] | None = None
+          ) -> dict[str, Any]:
+    """One page of ``entries`` as ``params`` asks (module docs).
+
+    Returns ``{"total", "page", "size", "pages", "episodes", "facets"}``; ``facets``
+    holds the stop reasons and environments present in the whole split (for the
+    list's choices), from ``facets_of`` (default :func:`facets`; a caller that
+    keeps them passes its own).
+    """
+    tests, sort, order, size, page = plan(params)
     chosen = [e for e in entries if all(t(e) for t in tests)] if tests else list(entries)
     if sort != "id":  # entries come in id order
         chosen = _sorted(chosen, sort, order == "desc")
@@ -134,8 +147,8 @@ def query(entries: Sequence[dict[str, Any]], params: Mapping[str, str]) -> dict[
     total = len(chosen)
     rows = chosen[page * size:(page + 1) * size]
     return {"total": total, "page": page, "size": size, "pages": max(1, -(-total // size)),
-            "episodes": [{k: e.get(k) for k in LISTED} for e in rows],
-            "facets": facets(entries)}
+            "episodes": [listed(e) for e in rows],
+            "facets": (facets_of or facets)(entries)}
 
 
 def facets(entries: Sequence[dict[str, Any]]) -> dict[str, list[str]]:

@@ -21,18 +21,20 @@ Anything unknown is a 404; a malformed query a 400 with the reason.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from sao_gym.rollout_store import RolloutReader, check_split
-from sao_gym.viewer.query import query
+from sao_gym.rollout_store import PARSE_CHUNK, RolloutReader, check_split
+from sao_gym.viewer.query import listed, plan, query
 
 logger = logging.getLogger(__name__)
 
@@ -104,14 +106,54 @@ class _Metrics:
 
 
 class Viewer:
-    """The app's state: the runs, a reader and a metrics cache per run."""
+    """The app's state: the runs, a reader and a metrics cache per run.
+
+    A run's reader is used by one thread at a time (its lock): the handlers read
+    in worker threads, so the event loop keeps answering while a large index is
+    read, and :meth:`preload` reads every index once at start-up.
+    """
 
     def __init__(self, run_dirs: Sequence[Path]):
         self.run_dirs = list(run_dirs)
         self.readers = [RolloutReader(d) for d in self.run_dirs]
         self.metrics = [_Metrics(d) for d in self.run_dirs]
+        self._locks = [threading.Lock() for _ in self.run_dirs]
         self.static = {p.relative_to(STATIC).as_posix(): p for p in STATIC.rglob("*")
                        if p.is_file()}
+
+    def preload(self) -> None:
+        """Parse every split's index now, a chunk at a time (filters and sorts need it all)."""
+        for run, reader in enumerate(self.readers):
+            for split in reader.splits():
+                n = 0
+                while True:
+                    with self._locks[run]:  # requests get the reader between chunks
+                        rows = reader.page(split, n, n + PARSE_CHUNK)
+                    if not rows:
+                        break
+                    n += PARSE_CHUNK
+
+    def _page(self, run: int, split: str, params: Any) -> dict[str, Any]:
+        """A page of the split's list: unfiltered in write order without parsing the rest."""
+        tests, sort, order, size, page = plan(params)  # a bad parameter: ValueError first
+        with self._locks[run]:
+            reader = self.readers[run]
+            facets = {"stop_reason": reader.values(split, "stop_reason"),
+                      "env": reader.values(split, "env_id")}
+            if tests or sort != "id":
+                return query(reader.episodes(split), params, lambda _: facets)
+            total = reader.count(split)
+            rows = reader.page(split, page * size, (page + 1) * size, reverse=order == "desc")
+            return {"total": total, "page": page, "size": size,
+                    "pages": max(1, -(-total // size)), "episodes": [listed(e) for e in rows],
+                    "facets": facets}
+
+    def _record(self, run: int, split: str, rid: int) -> bytes | None:
+        with self._locks[run]:
+            return self.readers[run].read_bytes(split, rid)
+
+    def _splits(self, run: int) -> list[str]:
+        return self.readers[run].splits()  # a directory listing: no reader state, no lock
 
     def _run(self, request: web.Request) -> int:
         raw = request.match_info["run"]
@@ -125,7 +167,7 @@ class Viewer:
             check_split(split)
         except ValueError:
             raise RunNotFound(text="no such split") from None
-        if split not in self.readers[run].splits():
+        if split not in self._splits(run):
             raise RunNotFound(text=f"run {run} has no split {split!r}")
         return split
 
@@ -149,10 +191,9 @@ class Viewer:
     async def runs(self, request: web.Request) -> web.Response:
         """``/api/runs``: name, path, splits and last step of each run."""
         out = []
-        for i, (d, reader, metrics) in enumerate(zip(self.run_dirs, self.readers, self.metrics,
-                                                     strict=True)):
+        for i, (d, metrics) in enumerate(zip(self.run_dirs, self.metrics, strict=True)):
             rows = metrics.read()
-            out.append({"run": i, "name": d.name, "path": str(d), "splits": reader.splits(),
+            out.append({"run": i, "name": d.name, "path": str(d), "splits": self._splits(i),
                         "steps": rows[-1]["step"] if rows else 0})
         return web.json_response(out)
 
@@ -171,7 +212,7 @@ class Viewer:
         run = self._run(request)
         split = self._split(request, run)
         try:
-            page = query(self.readers[run].episodes(split), request.query)
+            page = await asyncio.to_thread(self._page, run, split, dict(request.query))
         except ValueError as e:
             raise web.HTTPBadRequest(text=str(e)) from None
         return web.json_response(page, dumps=_dumps)
@@ -181,7 +222,8 @@ class Viewer:
         run = self._run(request)
         split = self._split(request, run)
         raw = request.match_info["id"]
-        data = self.readers[run].read_bytes(split, int(raw)) if raw.isdigit() else None
+        data = await asyncio.to_thread(self._record, run, split, int(raw)) if raw.isdigit() \
+            else None
         if data is None:
             raise RunNotFound(text=f"no episode {raw!r} in {split}")
         return web.Response(body=data, content_type="application/json")
@@ -210,6 +252,11 @@ def make_app(run_dirs: Sequence[str | os.PathLike[str]]) -> web.Application:
     viewer = Viewer(check_run_dirs(run_dirs))
     app = web.Application(middlewares=[_headers])
     app["viewer"] = viewer
+
+    async def preload(app: web.Application) -> None:  # in the background: requests go on
+        app["preload"] = asyncio.ensure_future(asyncio.to_thread(viewer.preload))
+
+    app.on_startup.append(preload)
     app.add_routes([
         web.get("/", viewer.index),
         web.get("/static/{path:.+}", viewer.static_file),

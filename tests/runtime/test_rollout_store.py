@@ -183,3 +183,44 @@ def test_the_recorder_keeps_a_seeded_sample_and_every_failure(tmp_path):
     full = RolloutRecorder(_FullDisk(), per_step=1)
     assert full.record(2, batch, {0: {"advantage": [0.0] * n}}) == 0  # logged, not raised
     assert full.failed_writes == 1
+
+
+def test_pages_counts_and_values_read_only_what_they_need(tmp_path):
+    sly = 'x","stop_reason":"forged'  # a task id holding the text of another field
+    with RolloutWriter(tmp_path, "train") as w:
+        for i in range(30):
+            r = rollout(task=sly if i == 7 else f"t{i}", infra=i % 10 == 3)
+            w.write(rollout_record(r, split="train", step=i))
+    split = tmp_path / ROLLOUTS_DIR / "train"
+    with open(split / "000001.index.jsonl", "ab") as f:
+        f.write(b"not json\n")  # a malformed line: skipped wherever it is read
+    with RolloutWriter(tmp_path, "train") as w:
+        w.write(rollout_record(rollout(task="after"), split="train", step=30))
+    reader = RolloutReader(tmp_path)
+    assert reader.count("train") == 32  # lines, the malformed one (not parsed yet) included
+    assert [e["id"] for e in reader.page("train", 0, 3)] == [0, 1, 2]
+    assert [e["id"] for e in reader.page("train", 0, 3, reverse=True)] == [30, 29, 28]
+    assert reader.count("train") == 31  # parsed now, the malformed line is dropped
+    state = reader._splits["train"]
+    assert sum(p is not None for p in state.parsed) == 6  # nothing else was parsed
+    assert reader.values("train", "stop_reason") == ["env_error", "terminated"]
+    assert sly in reader.values("train", "task_id")
+    assert sum(p is not None for p in state.parsed) == 6  # values parse no line
+    assert reader.entry("train", 7)["task_id"] == sly
+    assert reader.entry("train", 30)["task_id"] == "after"  # past the malformed line
+    assert reader.entry("train", 31) is None
+    assert [e["id"] for e in reader.episodes("train")] == list(range(31))
+
+
+def test_a_rotated_split_still_finds_entries_by_id(tmp_path):
+    one = len(json.dumps(rollout_record(rollout(), split="train")))
+    with RolloutWriter(tmp_path, "train", segment_bytes=2 * one, max_bytes=4 * one) as w:
+        reader = RolloutReader(tmp_path)
+        for i in range(12):
+            w.write(rollout_record(rollout(task=f"t{i}"), split="train"))
+            reader.count("train")
+    ids = [e["id"] for e in reader.episodes("train")]
+    assert ids[0] > 0 and ids == list(range(ids[0], 12))
+    assert reader.entry("train", ids[0])["task_id"] == f"t{ids[0]}"
+    assert reader.entry("train", ids[0] - 1) is None
+    assert reader.values("train", "task_id") == sorted(f"t{i}" for i in ids)

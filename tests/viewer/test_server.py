@@ -133,3 +133,24 @@ def test_the_query_matches_a_brute_force_reference():
     assert query(entries, {})["facets"] == {"stop_reason": ["env_error", "max_turns",
                                                             "terminated"],
                                             "env": ["a/A-v0", "b/B-v0"]}
+
+
+def test_the_unfiltered_list_reads_pages_without_the_whole_index(tmp_path):
+    from sao_gym.rollout_store import RolloutReader, RolloutWriter, rollout_record
+    from sao_gym.viewer.server import Viewer as App
+    from tests.runtime.test_rollout_store import rollout
+
+    with RolloutWriter(tmp_path, "train") as w:
+        for i in range(57):
+            w.write(rollout_record(rollout(task=f"t{i}", reward=float(i % 3 == 0),
+                                           infra=i % 11 == 4), split="train", step=i // 4))
+    app = App([tmp_path])
+    for params in ({"size": "10", "page": "2"}, {"order": "desc", "size": "7", "page": "3"},
+                   {"page": "99"}, {}, {"order": "desc"}, {"size": "500"}):
+        fast = app._page(0, "train", params)
+        slow = query(RolloutReader(tmp_path).episodes("train"), params)
+        assert fast == slow, params
+        if params == {"page": "99"}:  # only the rows shown were parsed
+            assert sum(p is not None for p in app.readers[0]._splits["train"].parsed) == 16  # 20-35
+    with pytest.raises(ValueError, match="size must be in"):
+        app._page(0, "train", {"size": "0"})
