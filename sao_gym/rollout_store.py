@@ -377,7 +377,7 @@ class RolloutReader:
         state = self._read(split)
         scanned, seen = state.distinct.get(key, (0, set()))
         if scanned < len(state.lines):
-            pattern = re.compile(rb'"' + re.escape(key.encode()) + rb'":"((?:[^"\\]|\\.)*)"')
+            pattern = re.compile(rb'"' + re.escape(key.encode()) + rb'":"((?:[^"\\]++|\\.)*+)"')
             found = set(pattern.findall(b"\n".join(state.lines[scanned:])))
             seen |= {json.loads(b'"' + v + b'"') for v in found}
             state.distinct[key] = (len(state.lines), seen)

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -127,11 +128,12 @@ class Viewer:
             for split in reader.splits():
                 n = 0
                 while True:
-                    with self._locks[run]:  # requests get the reader between chunks
+                    with self._locks[run]:
                         rows = reader.page(split, n, n + PARSE_CHUNK)
                     if not rows:
                         break
                     n += PARSE_CHUNK
+                    time.sleep(0.002)  # a request waiting for the reader gets it first
 
     def _page(self, run: int, split: str, params: Any) -> dict[str, Any]:
         """A page of the split's list: unfiltered in write order without parsing the rest."""

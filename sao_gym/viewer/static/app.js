@@ -75,7 +75,10 @@ async function route() {
     else if (parts[0] === "runs" && parts.length === 4) await episodePage(+parts[1], parts[2], parts[3], params);
     else throw new Error("no such page");
   } catch (e) { showError(e); }
-  if (location.hash === hash) main.dataset.ready = hash;  // this page is drawn (tests wait for it)
+  if (location.hash === hash) {  // this page is drawn (tests wait for it), this long after
+    main.dataset.drawnMs = String(Math.round(performance.now()));  // the page's navigation
+    main.dataset.ready = hash;
+  }
 }
 window.addEventListener("hashchange", route);
 
@@ -316,7 +319,6 @@ async function episodePage(run, split, id, params) {
   main.appendChild(el("div", { class: "strip-controls" }, el("label", {}, "colour by ", select), legend,
     el("span", { class: "muted", text: "grey: prompt and observations; struck through: masked by DIS" })));
   const strip = el("div", { class: "strip", id: "strip" });
-  main.appendChild(strip);
   const ids = rec.tokens.id, mask = rec.tokens.mask, text = rec.tokens.text;
   const dis = quantity(rec, "dis_mask");
   const spans = ids.map((t, i) => {
@@ -326,7 +328,9 @@ async function episodePage(run, split, id, params) {
     s.className = mask[i] ? (dis && !dis[i] ? "act masked" : "act") : "obs";
     return s;
   });
-  strip.append(...spans);
+  const fragment = document.createDocumentFragment();
+  spans.forEach(sp => fragment.appendChild(sp));
+  strip.appendChild(fragment);
   function paint(key) {
     const kind = QUANTITIES.find(([k]) => k === key)[2];
     const vals = quantity(rec, key);
@@ -335,7 +339,8 @@ async function episodePage(run, split, id, params) {
     spans.forEach((s, i) => { s.style.background = mask[i] ? colourFor(kind, vals[i], lo, hi) : ""; });
     legend.textContent = acts.length ? `${fmt(lo)} … ${fmt(hi)} on action tokens` : "";
   }
-  paint(picked);
+  paint(picked);  // coloured before it is in the page: one layout
+  main.appendChild(strip);
   select.addEventListener("change", () => paint(select.value));
   let hovered = null;
   strip.addEventListener("mousemove", ev => {
