@@ -13,7 +13,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 SUDO_APT := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo yes)
-DEB_PACKAGES := bubblewrap coq docker.io debootstrap
+DEB_PACKAGES := bubblewrap coq docker.io debootstrap chromium chromium-driver
 
 .PHONY: demo test lint venv vllm-venv deb-packages light-install clean
 
@@ -54,7 +54,8 @@ $(VLLM_VENV)/.installed: pyproject.toml
 vllm-venv: $(VLLM_VENV)/.installed
 
 # Debian packages later parts need (sandbox, proof checker, docker engine and
-# debootstrap, which builds the DockerSandbox image offline).
+# debootstrap, which builds the DockerSandbox image offline; chromium and its
+# driver, in which the viewer's tests run headless).
 deb-packages:
 ifeq ($(SUDO_APT),yes)
 	@missing=""; \
@@ -62,6 +63,8 @@ ifeq ($(SUDO_APT),yes)
 	command -v coqc >/dev/null || missing="$$missing coq"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -48,6 +48,7 @@ import shutil
 import statistics
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,15 +129,59 @@ def job_order(horizons: list[str], seeds: list[int], rows: list[str]
             for h in horizons for seed in seeds if name in rows_at(h)]
 
 
+class Jobs:
+    """Hands the study's runs to the pool's workers, in :func:`job_order`, never idly.
+
+    A warm start is one process on one core, made by the worker that first takes
+    a run of it. Another worker skips the runs that wait on a warm start being
+    made and takes the first run it can start now (its warm start made, or one
+    no one is making); only when every run left waits on a warm start being made
+    does it wait. (Handed out strictly in order, a worker would sit out a 32-hop
+    warm start of up to 85 minutes beside the worker making it.)
+    """
+
+    def __init__(self, jobs: list[tuple[str, str, int]], ready: set[tuple[str, int]] = frozenset()):
+        self.todo = list(jobs)
+        self.ready = set(ready)
+        """``(horizon, seed)`` whose warm start is there."""
+        self.making: set[tuple[str, int]] = set()
+        """``(horizon, seed)`` whose warm start a worker is making."""
+        self._changed = threading.Condition()
+
+    def take(self) -> tuple[str, str, int] | None:
+        """The next run to start (see above); None when none is left."""
+        with self._changed:
+            while self.todo:
+                for job in self.todo:
+                    key = (job[0], job[2])
+                    if key in self.ready or key not in self.making:
+                        self.todo.remove(job)
+                        if key not in self.ready:
+                            self.making.add(key)
+                        return job
+                self._changed.wait()
+            return None
+
+    def warm_ready(self, horizon: str, seed: int) -> None:
+        """The warm start of ``(horizon, seed)`` is no longer being made."""
+        with self._changed:
+            if (horizon, seed) in self.making:
+                self.making.discard((horizon, seed))
+                self.ready.add((horizon, seed))
+            self._changed.notify_all()
+
+
 _WARM_LOCKS: dict[tuple[str, int], threading.Lock] = {}
 
 
 def run_row(out: Path, horizon: str, name: str, seed: int, steps: int,
-            archive: Path | None = None, value_episodes: int = 128) -> Path:
+            archive: Path | None = None, value_episodes: int = 128,
+            on_warm: Callable[[str, int], None] | None = None) -> Path:
     """One row x seed at ``horizon`` from the seed's warm checkpoint of that horizon.
 
     A finished run is kept (and its warm start not remade); with ``archive``, a
     finished run's small files go there (the SAO row's critic values first).
+    ``on_warm(horizon, seed)`` is called once the warm start is there.
     """
     run = out / horizon / "runs" / ls.slug(name) / f"seed{seed}"
     if not (run / "eval_after.json").exists():
@@ -144,6 +189,8 @@ def run_row(out: Path, horizon: str, name: str, seed: int, steps: int,
             warm = ls.warm_start(out / horizon, seed)
             if archive is not None:
                 keep_warm(warm, archive / warm.relative_to(out))
+        if on_warm is not None:
+            on_warm(horizon, seed)
         fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
         sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
         run = ls.train(out / horizon, warm, name, sets, seed, steps)
@@ -392,12 +439,21 @@ def main(argv: list[str] | None = None) -> None:
     if args.archive is not None:
         ls.log(f"{restore(args.archive, args.out)} finished runs restored from {args.archive}")
     if not args.report:
+        jobs = Jobs(job_order(args.horizons, args.seeds, args.rows),
+                    ready={(h, seed) for h in args.horizons for seed in args.seeds
+                           if ls.warm_done(args.out / h, seed)})
+
+        def worker() -> None:
+            while (job := jobs.take()) is not None:
+                h, name, seed = job
+                try:
+                    run_row(args.out, h, name, seed, steps_of[h], args.archive,
+                            args.value_episodes, on_warm=jobs.warm_ready)
+                finally:
+                    jobs.warm_ready(h, seed)  # made, found, or failed: no one waits on it
+
         with ThreadPoolExecutor(args.parallel) as pool:
-            jobs = job_order(args.horizons, args.seeds, args.rows)
-            futures = [pool.submit(run_row, args.out, h, name, seed, steps_of[h],
-                                   args.archive, args.value_episodes)
-                       for h, name, seed in jobs]
-            for f in futures:
+            for f in [pool.submit(worker) for _ in range(args.parallel)]:
                 f.result()
         if args.archive is not None:
             for h in args.horizons:

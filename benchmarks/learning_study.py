@@ -121,11 +121,17 @@ def sao_gym(args: list[str], logfile: Path) -> None:
                            f"see {logfile}")
 
 
+def warm_done(out: Path, seed: int) -> bool:
+    """Whether the seed's warm start is there (checkpoint and evaluation)."""
+    run = out / "warm" / f"seed{seed}"
+    return ((run / "eval_before.json").exists()
+            and (run / "model" / "warm_start" / "config.json").exists())
+
+
 def warm_start(out: Path, seed: int) -> Path:
     """The seed's warm checkpoint and its held-out evaluation (made once)."""
     run = out / "warm" / f"seed{seed}"
-    model = run / "model" / "warm_start"
-    if (run / "eval_before.json").exists() and (model / "config.json").exists():
+    if warm_done(out, seed):
         return run
     if run.exists():
         shutil.rmtree(run)

@@ -10,6 +10,8 @@ Subcommands:
                               success rate, mean return and turns, as JSON
     plot RUN_DIR [--compare RUN_DIR2 ...] [--out DIR] [--smooth W]
                               write PNG learning curves of runs' metrics.jsonl
+    view RUN_DIR [RUN_DIR ...] [--host H] [--port P]
+                              curves, episodes and token strips of runs, in the browser
     bench async-vs-sync [--set key=value ...] [--repeats N]
                               training throughput of async vs sync mode
     serve MODEL [--port P] [--host H] [--served-model-name NAME] [--max-batch-size N]
@@ -23,6 +25,8 @@ Subcommands:
                               package's tests
     export harbor ENV_ID (--tasks ID,ID | --seeds S,S | --count N) OUT
                               write Harbor task directories (envs with a Harbor exporter)
+    export atif RUN_DIR OUT [--split NAME ...]
+                              write a run's kept rollouts as ATIF trajectories (JSON)
 """
 
 from __future__ import annotations
@@ -254,12 +258,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                 raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
             config = load_config(run_dir / "config.yaml", overrides)
             model, out = str(latest / "policy"), args.out or str(run_dir / "eval.json")
+            keep = args.keep or f"eval_step{int(latest.name.split('_')[-1])}"
         else:
             if args.env is None:
                 raise ConfigError("--env is required with --model")
             config = load_config(None, ["rollout.max_new_tokens=64",
                                         "rollout.max_context_tokens=2048", *overrides])
             model, out = args.model, args.out
+            if args.keep:
+                raise ConfigError("--keep names a split of a run's rollouts: use it with --run")
+            keep = None
+        if keep is not None:
+            from sao_gym.rollout_store import check_split
+
+            try:
+                check_split(keep)
+            except ValueError as e:
+                raise ConfigError(f"--keep: {e}") from None
         sao_gym.make(config.env, **config.env_kwargs).close()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -273,11 +288,18 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
             if run_dir is None:  # `tiny` is built here, `smollm2` converted once and cached
                 model = resolve_model(model, Path(tmp), seed=0)
+            rollouts: list[Any] = []
             result = _evaluate_with_progress(config, model, episodes, args.seed or EVAL_SEED,
-                                             run_dir or Path(tmp))
+                                             run_dir or Path(tmp), keep=keep, into=rollouts)
+            if args.trajectories:
+                n = _write_trajectories(rollouts, model, args.trajectories, config.model)
+                print(f"{n} ATIF trajectories -> {args.trajectories}", file=sys.stderr)
     except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if keep is not None:
+        print(f"episodes kept: split {keep} of {run_dir} (sao-gym view {run_dir})",
+              file=sys.stderr)
     text = json.dumps(result, indent=2)
     print(text)
     if out:
@@ -288,9 +310,30 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_trajectories(rollouts: list[Any], model: str, out: str, model_name: str) -> int:
+    """The evaluation's episodes (in seed order) as ATIF files in ``out``; how many."""
+    from transformers import AutoTokenizer
+
+    from sao_gym.adapters.atif import trajectory, write_trajectories
+    from sao_gym.rollout_store import rollout_record
+    from sao_gym.runtime.recorder import TokenText
+
+    text = TokenText(AutoTokenizer.from_pretrained(model))
+    ordered = sorted(rollouts, key=lambda r: (r.seed is None, r.seed or 0))
+    return write_trajectories(
+        (trajectory({"id": i, **rollout_record(r, split="eval", token_text=text(r.token_ids))},
+                    model_name=model_name, session_id="sao-gym-eval")
+         for i, r in enumerate(ordered)), out)
+
+
 def _evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
-                            run_dir: Path) -> dict:
-    """:func:`~sao_gym.runtime.job.evaluate` with a progress bar on stderr."""
+                            run_dir: Path, keep: str | None = None,
+                            into: list[Any] | None = None) -> dict:
+    """:func:`~sao_gym.runtime.job.evaluate` with a progress bar on stderr.
+
+    ``keep``: the split of ``run_dir``'s rollouts the episodes are kept in;
+    ``into`` receives every episode's rollout.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
@@ -303,12 +346,53 @@ def _evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
         solved = [0, 0]
 
         def done(rollout: Any) -> None:
+            if into is not None:
+                into.append(rollout)
             solved[0] += rollout.reward >= 1.0 and not rollout.infra_failure
             solved[1] += 1
             progress.update(bar, advance=1, success=f"{solved[0] / solved[1]:.3f}")
 
+        step = None
+        if keep is not None:
+            from sao_gym.runtime.checkpoint import CheckpointManager
+
+            latest = CheckpointManager(run_dir).latest()
+            step = int(latest.name.split("_")[-1]) if latest is not None else None
         return evaluate(config, model, episodes=episodes, seed=seed, run_dir=run_dir,
-                        on_done=done)
+                        on_done=done, keep=keep, step=step)
+
+
+def _cmd_export_atif(args: argparse.Namespace) -> int:
+    from sao_gym.adapters.atif import export_run
+
+    if not Path(args.run_dir).is_dir():
+        print(f"error: {args.run_dir}: no such directory", file=sys.stderr)
+        return 2
+    try:
+        counts = export_run(args.run_dir, args.out_dir, splits=args.split or None)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for split, n in counts.items():
+        print(f"{split}: {n} trajectories -> {Path(args.out_dir) / split}")
+    return 0
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from sao_gym.viewer.server import check_run_dirs, serve
+
+    try:
+        check_run_dirs(args.run_dirs)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        serve(args.run_dirs, host=args.host, port=args.port,
+              say=lambda line: print(line, file=sys.stderr, flush=True))
+    except OSError as e:  # the port is taken, the address is not this machine's
+        print(f"error: cannot serve on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -455,6 +539,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-context-tokens", type=int,
                     help="tokens per episode (default: the run's; 2048 with --model)")
     ev.add_argument("--out", help="also write the JSON here (default RUN_DIR/eval.json)")
+    ev.add_argument("--keep", metavar="NAME",
+                    help="with --run: the split of the run's rollouts the episodes are kept in, "
+                         "for `sao-gym view` (default eval_stepN, N the checkpoint's step)")
+    ev.add_argument("--trajectories", metavar="OUT",
+                    help="also write every episode as an ATIF trajectory (Harbor's format) "
+                         "into this directory")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="any other config key, dotted (rollout.tool_schemas=signature, "
                          "rollout.max_episode_steps=20, ...); applied last")
@@ -467,6 +557,13 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--smooth", type=float, default=0.9,
                       help="EMA weight in [0, 1) (default 0.9; 0: raw curves only)")
     plot.set_defaults(fn=_cmd_plot)
+    view = sub.add_parser("view", help="look at runs in the browser: curves, episodes, tokens")
+    view.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    view.add_argument("--host", default="127.0.0.1",
+                      help="address to listen on (default 127.0.0.1, this machine only; any "
+                           "other address serves the runs to whoever can reach it)")
+    view.add_argument("--port", type=int, default=8765, help="port (default 8765)")
+    view.set_defaults(fn=_cmd_view)
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     avs = bench_sub.add_parser("async-vs-sync", help="training throughput, async vs sync mode")
@@ -516,8 +613,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_code_repo_tasks(tasks_sub)
     from sao_gym.adapters.harbor import add_export_parser
 
-    export = sub.add_parser("export", help="export an environment's tasks to other formats")
-    add_export_parser(export.add_subparsers(dest="export_command", required=True))
+    export = sub.add_parser("export", help="export tasks or trajectories to other formats")
+    export_sub = export.add_subparsers(dest="export_command", required=True)
+    add_export_parser(export_sub)
+    atif = export_sub.add_parser(
+        "atif", help="write a run's kept rollouts as ATIF trajectories (Harbor's format)",
+        description="Write each kept rollout of RUN_DIR (training samples and evaluations) "
+                    "as an ATIF-v1.8 trajectory, OUT/<split>/<split>-<id>.json.")
+    atif.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    atif.add_argument("out_dir", metavar="OUT", help="output directory")
+    atif.add_argument("--split", action="append", default=[], metavar="NAME",
+                      help="only this split (train, eval_before, eval_after, ...); repeatable")
+    atif.set_defaults(fn=_cmd_export_atif)
     return parser
 
 

@@ -208,6 +208,12 @@ class Learner:
         :attr:`max_versions_per_step` per learner step)."""
         self.skipped_steps = 0
         """Optimizer steps (policy or critic) skipped for a non-finite loss or gradient."""
+        self.trace: dict[int, dict[str, list[float]]] = {}
+        """Per-token quantities of the rollouts the last :meth:`update` was asked to trace:
+        ``trace[i]`` (``i`` a position in its batch) maps ``advantage``, and where the step
+        computed them ``value`` and ``return`` (the critic's, before its update) and
+        ``logprob``, ``ratio`` (policy over sampler) and ``dis_mask`` (1: the token is
+        inside DIS's band), each a list as long as the rollout (0 off action tokens)."""
         self.band = (spec.eps[0] if config.eps_low is None else config.eps_low,
                      spec.eps[1] if config.eps_high is None else config.eps_high)
         """``(eps_low, eps_high)`` of the policy loss and of the ``mismatch/`` metrics."""
@@ -263,15 +269,21 @@ class Learner:
         return [float(x) for x in lp]
 
     # ----- the step -----
-    def update(self, rollouts: Sequence[Rollout]) -> dict[str, float]:
-        """One learner step on ``rollouts``; returns its metrics (module docs)."""
+    def update(self, rollouts: Sequence[Rollout], trace: Sequence[int] = ()
+               ) -> dict[str, float]:
+        """One learner step on ``rollouts``; returns its metrics (module docs).
+
+        ``trace``: positions in ``rollouts`` whose per-token quantities the step
+        keeps in :attr:`trace` (every rank gets them all).
+        """
         start = time.perf_counter()
         self._check(rollouts)
+        want = _check_trace(trace, len(rollouts))
         metrics: dict[str, float] = {"learner/lr": self._set_lr()}
         mbs = self._micro_batches(rollouts)
-        critic_start, values_after = time.perf_counter(), None
+        critic_start, values_after, targets = time.perf_counter(), None, None
         if self.critic_engine is not None:
-            values_after, critic_metrics = self._train_critic(rollouts, mbs)
+            values_after, critic_metrics, targets = self._train_critic(rollouts, mbs)
             metrics.update(critic_metrics)
         advantages = self.spec.advantages(AdvantageBatch(rollouts, mbs, self.config,
                                                          values_after, self.state))
@@ -279,8 +291,12 @@ class Learner:
             metrics.update(self.state.metrics())
         policy_start = time.perf_counter()
         train_policy = self.steps_done >= self._base_lrs[0][2]
+        per_rollout = _per_rollout(advantages, mbs, rollouts)
+        scored: dict[int, torch.Tensor] = {}
         if train_policy:
-            metrics.update(self._train_policy(rollouts, _per_rollout(advantages, mbs, rollouts)))
+            metrics.update(self._train_policy(rollouts, per_rollout, scored if want else None))
+        self.trace = self._trace(rollouts, want, mbs, per_rollout, targets,
+                                 self.group.union(scored) if want else {})
         self.steps_done += 1
         adv_all = torch.cat([a[mb.action_mask_BT > 0] for a, mb in zip(advantages, mbs,
                                                                            strict=True)])
@@ -340,10 +356,45 @@ class Learner:
                 f"(grouped by Rollout.group_id, or task_id where group_id is None); "
                 f"got sizes {wrong}")
 
+    def _trace(self, rollouts: Sequence[Rollout], want: list[int], mbs: Sequence[MicroBatch],
+               advantages: Sequence[torch.Tensor],
+               targets: Sequence[tuple[torch.Tensor, torch.Tensor]] | None,
+               scored: dict[int, torch.Tensor]) -> dict[int, dict[str, list[float]]]:
+        """Per-token quantities of the rollouts at ``want`` (:attr:`trace`)."""
+        if not want:
+            return {}
+        values = returns = None
+        if targets is not None:
+            returns = _per_rollout([t[0] for t in targets], mbs, rollouts)
+            values = _per_rollout([t[1] for t in targets], mbs, rollouts)
+        out: dict[int, dict[str, list[float]]] = {}
+        lo, hi = 1.0 - self.band[0], 1.0 + self.band[1]
+        for i in want:
+            r = rollouts[i]
+            mask = torch.tensor(r.loss_mask, dtype=torch.bool)
+            row: dict[str, list[float]] = {
+                "advantage": torch.where(mask, advantages[i].detach().float().cpu(), 0.0).tolist()}
+            if values is not None and returns is not None:
+                row["value"] = torch.where(mask, values[i].float().cpu(), 0.0).tolist()
+                row["return"] = torch.where(mask, returns[i].float().cpu(), 0.0).tolist()
+            if i in scored:
+                lp = scored[i].float().cpu()
+                ratio = torch.exp(torch.where(
+                    mask, lp - torch.tensor(r.rollout_logprobs, dtype=torch.float32), 0.0))
+                kept = mask & (ratio > lo) & (ratio < hi)
+                row["logprob"] = torch.where(mask, lp, 0.0).tolist()
+                row["ratio"] = torch.where(mask, ratio, 0.0).tolist()
+                row["dis_mask"] = kept.int().tolist()
+            out[i] = row
+        return out
+
     # ----- the critic -----
     def _train_critic(self, rollouts: Sequence[Rollout], mbs: Sequence[MicroBatch]
-                      ) -> tuple[list[torch.Tensor], dict[str, float]]:
-        """``critic_updates`` critic optimizer steps; ``(values_after per mb, metrics)``.
+                      ) -> tuple[list[torch.Tensor], dict[str, float],
+                                 list[tuple[torch.Tensor, torch.Tensor]]]:
+        """``critic_updates`` critic optimizer steps.
+
+        ``(values_after per mb, metrics, (returns, values) per mb)``.
 
         The values are those of the first update's forward pass (no weight
         changes until every micro-batch has been through it), so the
@@ -399,7 +450,8 @@ class Learner:
                                  [targets[j][0] for j in range(len(mbs))], mbs)
         if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
             metrics["critic/explained_variance"] = ev
-        return [after[j] for j in range(len(mbs))], metrics
+        return ([after[j] for j in range(len(mbs))], metrics,
+                [targets[j] for j in range(len(mbs))])
 
     # ----- the policy -----
     def score(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -427,11 +479,13 @@ class Learner:
                 token_entropy(logits, mb.action_mask_BT, self.temperature, start))
 
     def _train_policy(self, rollouts: Sequence[Rollout],
-                      advantages: Sequence[torch.Tensor]) -> dict[str, float]:
+                      advantages: Sequence[torch.Tensor],
+                      scored: dict[int, torch.Tensor] | None = None) -> dict[str, float]:
         """One policy optimizer step per minibatch of rollouts; ``advantages[i]`` is ``[T_i]``.
 
         ``loss/policy`` and ``policy/grad_norm`` are means over the minibatches;
-        the other statistics are token-weighted over the whole batch.
+        the other statistics are token-weighted over the whole batch. ``scored``
+        collects the (detached) logprobs of every rollout this rank scored.
         """
         self.policy_engine.train()
         group = self.group
@@ -459,6 +513,9 @@ class Learner:
                 mb, ref = part[j], part_reference[j]
                 adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
                 logprobs, entropy_BT = self.score(mb)
+                if scored is not None:
+                    for row, i in enumerate(mb.indices):
+                        scored[i] = logprobs.detach()[row, :len(rollouts[i].token_ids)]
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT, mb.action_mask_BT,
                                                 num_tokens=n_tok, num_seqs=n_seq)
@@ -550,6 +607,15 @@ class Learner:
         :func:`sao_gym.learner.state.load_state`; every rank calls it.
         """
         learner_state.load_state(self, path)
+
+
+def _check_trace(trace: Sequence[int], n: int) -> list[int]:
+    """``trace`` sorted without repeats, each a position in a batch of ``n``."""
+    want = sorted(set(trace))
+    bad = [i for i in want if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n]
+    if bad:
+        raise ValueError(f"trace positions must be in [0, {n}); got {bad}")
+    return want
 
 
 def _explained_variance(values, returns, mbs) -> float:

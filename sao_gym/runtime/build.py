@@ -23,6 +23,7 @@ from sao_gym.runtime.parts import (
     AgentFactory,
     EnvFactory,
     LearnerFactory,
+    RecorderFactory,
     RolloutFactory,
     RunParts,
     SinkFactory,
@@ -155,6 +156,20 @@ def rollout_factory(config: TrainConfig, *, temperature: float | None = None,
                           agent_factory(config, temperature=temperature))
 
 
+def rollout_bytes(config: TrainConfig) -> tuple[int, int | None]:
+    """``(segment_bytes, max_bytes)`` of the run's kept rollouts (``logging.rollouts_*_mb``)."""
+    log = config.logging
+    mb = 1 << 20
+    return (int(log.rollouts_segment_mb * mb),
+            None if log.rollouts_max_mb is None else int(log.rollouts_max_mb * mb))
+
+
+def recorder_factory(config: TrainConfig) -> RecorderFactory:
+    """What the run keeps of its training rollouts (``logging.rollouts_*``)."""
+    segment, most = rollout_bytes(config)
+    return RecorderFactory(config.logging.rollouts_per_step, segment, most, config.seed)
+
+
 def run_parts(config: TrainConfig) -> RunParts:
     """The run's factories and scalars (:mod:`sao_gym.runtime.parts`): all a runtime needs."""
     r = config.rollout
@@ -166,4 +181,5 @@ def run_parts(config: TrainConfig) -> RunParts:
         total_steps=config.total_steps, seed=config.seed, concurrency=r.concurrency,
         checkpoint_every=config.checkpoint.every, checkpoint_keep=config.checkpoint.keep,
         ray=config.ray if config.runtime == "ray" else None,
-        episodes_per_worker=config.episodes_per_worker)
+        episodes_per_worker=config.episodes_per_worker,
+        recorder=recorder_factory(config))

@@ -253,11 +253,31 @@ class LoggingConfig:
 
     loggers: str = "jsonl"
     """Comma-separated: jsonl (always on), tensorboard, wandb."""
+    rollouts_per_step: int = 4
+    """Training rollouts kept per learner step in ``RUN_DIR/rollouts/train``, drawn at random
+    from the batch, each with the learner's per-token quantities at the step that trained
+    it (0: none; infrastructure failures are kept whatever this says). docs/metrics.md."""
+    eval_rollouts: bool = True
+    """Keep every evaluation episode (``RUN_DIR/rollouts/eval_before``, ``eval_after``)."""
+    rollouts_segment_mb: float = 64.0
+    """Size at which a rollout file is closed and the next one started."""
+    rollouts_max_mb: float | None = 1024.0
+    """Most disk space each kind of kept rollouts (training, each evaluation) takes: past
+    it the oldest files are deleted (null: unbounded). At least ``rollouts_segment_mb``."""
 
     def __post_init__(self) -> None:
         unknown = [n for n in self.names if n not in LOGGERS]
         if unknown:
             raise ConfigError(f"logging.loggers: unknown {unknown}; valid: {list(LOGGERS)}")
+        if self.rollouts_per_step < 0:
+            raise ConfigError(f"logging.rollouts_per_step must be >= 0, got "
+                              f"{self.rollouts_per_step}")
+        if not self.rollouts_segment_mb > 0 or (
+                self.rollouts_max_mb is not None
+                and not self.rollouts_max_mb >= self.rollouts_segment_mb):
+            raise ConfigError(
+                f"logging.rollouts_segment_mb must be > 0 and logging.rollouts_max_mb null or "
+                f">= it; got {self.rollouts_segment_mb}, {self.rollouts_max_mb}")
 
     @property
     def names(self) -> list[str]:

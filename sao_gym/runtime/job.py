@@ -22,6 +22,7 @@ Every artefact lands in the run directory::
     RUN_DIR/metrics.jsonl        one line per learner step
     RUN_DIR/checkpoints/step_N/  atomic checkpoints (policy/ is servable)
     RUN_DIR/eval_before.json, eval_after.json
+    RUN_DIR/rollouts/            kept rollouts: a sample of each step's, all evaluations'
     RUN_DIR/plots/*.png
 
 ``evaluate`` plays a policy as a run's config says (its env and options,
@@ -319,7 +320,8 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
 
 def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = None,
              seed: int = EVAL_SEED, run_dir: str | Path | None = None,
-             on_done: Callable[[Any], None] | None = None) -> dict[str, Any]:
+             on_done: Callable[[Any], None] | None = None, keep: str | None = None,
+             step: int | None = None) -> dict[str, Any]:
     """Success rate, mean return, mean turns and infra failures of ``policy_path``.
 
     Plays ``episodes`` (default ``eval.episodes``) episodes with env seeds
@@ -329,6 +331,9 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
     numbers repeat for the same seeds. An episode whose environment or agent
     fails counts as an infra failure (reported, never averaged in).
     ``on_done(rollout)`` is called as each episode ends (progress).
+    ``keep``: with ``run_dir``, every episode is kept in that split of the run's
+    rollouts (replacing an earlier one of that name; ``step``: the learner
+    step of the policy, recorded with them).
     """
     from sao_gym.evaluation import EpisodeSummary, run_episodes
     from sao_gym.runtime.build import rollout_factory
@@ -349,6 +354,8 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
 
     start = time.monotonic()
     rollouts = asyncio.run(play())
+    if keep is not None and run_dir is not None:
+        keep_episodes(config, run_dir, keep, rollouts, policy_path=policy_path, step=step)
     summary = EpisodeSummary.of(rollouts).__dict__
     return {**summary, "model": str(policy_path), "env": config.env,
             "env_kwargs": dict(config.env_kwargs), "seed": seed,
@@ -358,6 +365,24 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
             "tool_schemas": config.rollout.tool_schemas,
             "backend": config.inference.backend,
             "elapsed_s": round(time.monotonic() - start, 2)}
+
+
+def keep_episodes(config: TrainConfig, run_dir: str | Path, split: str, rollouts: list[Any], *,
+                  policy_path: str, step: int | None = None) -> None:
+    """Keep ``rollouts`` as split ``split`` of the run's rollouts (an earlier one is replaced)."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from sao_gym.rollout_store import ROLLOUTS_DIR, check_split
+    from sao_gym.runtime.build import rollout_bytes
+    from sao_gym.runtime.recorder import record_episodes
+
+    shutil.rmtree(Path(run_dir) / ROLLOUTS_DIR / check_split(split), ignore_errors=True)
+    segment, most = rollout_bytes(config)
+    record_episodes(run_dir, split, rollouts, step=step,
+                    tokenizer=AutoTokenizer.from_pretrained(policy_path),
+                    segment_bytes=segment, max_bytes=most)
 
 
 def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
@@ -383,7 +408,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
     if config.eval.episodes and not (run_dir / "eval_before.json").exists():
         say(f"evaluating the starting model on {config.eval.episodes} episodes")
-        before = evaluate(config, policy, run_dir=run_dir)
+        before = evaluate(config, policy, run_dir=run_dir, step=0,
+                          keep="eval_before" if config.logging.eval_rollouts else None)
         (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
     if resume:
         say(_resuming(run_dir))
@@ -399,7 +425,9 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
             "the trained model is not evaluated")
     elif config.eval.episodes and last is not None:
         say(f"evaluating the trained model on {config.eval.episodes} episodes")
-        after = evaluate(config, str(last / "policy"), run_dir=run_dir)
+        after = evaluate(config, str(last / "policy"), run_dir=run_dir,
+                         step=trainer.learner.steps_done,
+                         keep="eval_after" if config.logging.eval_rollouts else None)
         (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
     for name in ("eval_before", "eval_after"):
         path = run_dir / f"{name}.json"

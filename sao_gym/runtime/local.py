@@ -54,4 +54,6 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                    checkpoints=checkpoints, total_steps=parts.total_steps,
                    checkpoint_every=parts.checkpoint_every, publish_first=lora is not None,
                    sampler_check=SamplerCheck(lora.check_tolerance, parts.learner.temperature)
-                   if lora is not None else None)
+                   if lora is not None else None,
+                   recorder=parts.recorder(run_dir, tokenizer_path=policy_path)
+                   if parts.recorder is not None else None)

@@ -202,6 +202,35 @@ class SinkFactory:
 
 
 @dataclass(frozen=True)
+class RecorderFactory:
+    """What the run keeps of its training rollouts (``logging.rollouts_*``)."""
+
+    per_step: int = 4
+    """Rollouts of each batch traced and kept (0: only infrastructure failures)."""
+    segment_bytes: int = 64 << 20
+    max_bytes: int | None = 1 << 30
+    seed: int = 0
+
+    def __call__(self, run_dir: Path, *, tokenizer_path: str | None = None) -> Any:
+        """The :class:`~sao_gym.runtime.recorder.RolloutRecorder` of ``run_dir``'s ``train`` split.
+
+        ``tokenizer_path``: the tokenizer that decodes each kept token's text.
+        """
+        from sao_gym.rollout_store import RolloutWriter
+        from sao_gym.runtime.recorder import RolloutRecorder
+
+        tokenizer = None
+        if tokenizer_path is not None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+        writer = RolloutWriter(run_dir, "train", segment_bytes=self.segment_bytes,
+                               max_bytes=self.max_bytes)
+        return RolloutRecorder(writer, per_step=self.per_step, tokenizer=tokenizer,
+                               seed=self.seed)
+
+
+@dataclass(frozen=True)
 class RunParts:
     """Everything a runtime needs to train: the factories and the run's scalars."""
 
@@ -220,7 +249,9 @@ class RunParts:
     actors go); None for a local run."""
     episodes_per_worker: int = 1
     """``runtime: ray``: episodes each rollout worker runs at once."""
+    recorder: RecorderFactory | None = None
+    """What the run keeps of its training rollouts (None: nothing)."""
 
 
-__all__ = ["AgentFactory", "EnvFactory", "LearnerFactory", "RolloutFactory",
+__all__ = ["AgentFactory", "EnvFactory", "LearnerFactory", "RecorderFactory", "RolloutFactory",
            "Rollouts", "RunParts", "SinkFactory", "SourceFactory"]

@@ -68,6 +68,9 @@ from dataclasses import dataclass, field
 
 from sao_gym.types import Rollout
 
+FAILURES_KEPT = 256
+"""Infra-failure rollouts a source holds for :meth:`RolloutSource.take_failures`."""
+
 logger = logging.getLogger(__name__)
 
 class RolloutsFailing(RuntimeError):
@@ -161,6 +164,13 @@ class RolloutSource:
         self._stepping = False
         self._changed = asyncio.Condition()
         self._workers: list[asyncio.Task] = []
+        self._failures: deque[Rollout] = deque(maxlen=FAILURES_KEPT)
+
+    def take_failures(self) -> list[Rollout]:
+        """The infra-failure rollouts since the last call (at most :data:`FAILURES_KEPT`)."""
+        out = list(self._failures)
+        self._failures.clear()
+        return out
 
     # ----- the rule -----
     def _deadline(self, admitted_version: int, *, after_step: bool) -> int:
@@ -296,6 +306,8 @@ class RolloutSource:
             self._failures_in_a_row = 0
             return
         self.counters.infra_failures += 1
+        if rollout is not None:
+            self._failures.append(rollout)
         self._failures_in_a_row += 1
         if self._failures_in_a_row >= self.max_failures_in_a_row and self._fatal is None:
             how = rollout.stop_reason.value if rollout is not None else "raised"

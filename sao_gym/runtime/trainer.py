@@ -41,8 +41,11 @@ class TrainableLearner(Protocol):
     policy_version: int
     """Policy optimizer steps that changed the weights: the run's clock."""
 
-    def update(self, rollouts: list[Rollout]) -> dict[str, float]:
-        """One learner step; returns its metrics."""
+    trace: dict[int, dict[str, list[float]]]
+    """Per-token quantities of the rollouts the last step traced (``update``'s ``trace``)."""
+
+    def update(self, rollouts: list[Rollout], trace: list[int] = ...) -> dict[str, float]:
+        """One learner step; returns its metrics. ``trace``: positions to keep quantities of."""
         ...
 
     def weights(self) -> Mapping[str, Any]:
@@ -131,14 +134,17 @@ class Trainer:
             episode (a LoRA learner's adapter, which the backend's model lacks).
         sampler_check: after each publish, check that the backend samples with the
             learner's weights (:class:`~sao_gym.runtime.probe.SamplerCheck`).
+        recorder: keeps a traced sample of each batch and the infra failures
+            (:class:`~sao_gym.runtime.recorder.RolloutRecorder`); None: nothing kept.
 
     """
 
     def __init__(self, *, source: RolloutSource, learner: TrainableLearner, backend: Any,
                  sink: Sink, checkpoints: Checkpointer | None, total_steps: int,
                  checkpoint_every: int = 0, publish_first: bool = False,
-                 sampler_check: Any = None):
+                 sampler_check: Any = None, recorder: Any = None):
         self.source, self.learner, self.backend = source, learner, backend
+        self.recorder = recorder
         self.publish_first, self.sampler_check = publish_first, sampler_check
         self.sink, self.checkpoints = sink, checkpoints
         self.total_steps, self.checkpoint_every = total_steps, checkpoint_every
@@ -182,6 +188,8 @@ class Trainer:
                     await asyncio.to_thread(self._checkpoint)
             finally:  # a checkpoint that cannot be written still closes the rest
                 self.sink.close()
+                if self.recorder is not None:
+                    self.recorder.close()
                 await self.backend.aclose()
                 if hasattr(self.learner, "close"):  # a learner with processes of its own
                     self.learner.close()
@@ -215,7 +223,9 @@ class Trainer:
                     "room to sample (raise rollout.max_context_tokens)")
             return
         self._empty_batches = 0
-        metrics = await asyncio.to_thread(self._update, trainable)
+        traced = (self.recorder.pick(self.learner.steps_done + 1, trainable)
+                  if self.recorder is not None else [])
+        metrics = await asyncio.to_thread(self._update, trainable, traced)
         metrics["rollout/untrainable"] = float(len(batch) - len(trainable))
         version = self.learner.policy_version
         await self.backend.update_weights(self.learner.weights(), version)
@@ -240,11 +250,15 @@ class Trainer:
             self.nonfinite_steps += 1
             logger.warning("step %d has non-finite metrics", step)
         self.sink.log(step, metrics)
+        if self.recorder is not None:
+            await asyncio.to_thread(self.recorder.record, step, trainable,
+                                    self.learner.trace if traced else {},
+                                    self.source.take_failures())
         if self.checkpoint_every and step % self.checkpoint_every == 0:
             await asyncio.to_thread(self._checkpoint)
 
-    def _update(self, batch: list[Rollout]) -> dict[str, float]:
-        metrics = self.learner.update(batch)
+    def _update(self, batch: list[Rollout], traced: list[int]) -> dict[str, float]:
+        metrics = self.learner.update(batch, trace=traced) if traced else self.learner.update(batch)
         release_free_memory()  # keeps the resident size flat over long runs
         metrics["perf/rss_mb"] = rss_mb()
         return metrics

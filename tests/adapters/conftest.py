@@ -1,8 +1,25 @@
-"""Fixtures of the adapter tests: OpenEnv servers of our env ids, one per test module."""
+"""Fixtures of the adapter tests: OpenEnv servers of our env ids, one per test module; the
+scratch venv with Harbor."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+
+@pytest.fixture(scope="module")
+def harbor_python() -> Path:
+    """``bin/python`` of a scratch venv with harbor 0.25 (it needs Python >= 3.12)."""
+    from tests.adapters.scratch_venv import ScratchVenvError, find_python, scratch_venv
+
+    python = find_python((3, 12))
+    if python is None:
+        pytest.skip("harbor 0.25 needs Python >= 3.12: none on PATH or in pyenv")
+    try:
+        return scratch_venv("harbor", ["harbor==0.25.*"], python=python)
+    except ScratchVenvError as e:
+        pytest.fail(f"could not build the harbor venv:\n{e}")
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,6 @@ from sao_gym.cli import main as cli_main
 from sao_gym.envs.code_repo import harbor_grade as grade_code
 from sao_gym.envs.code_repo.tasks import apply_patch, shipped_bug_tasks
 from sao_gym.envs.coq_proof import harbor_grade as grade_coq
-from tests.adapters.scratch_venv import ScratchVenvError, find_python, scratch_venv
 from tests.helpers import EchoEnv
 
 try:
@@ -274,17 +273,6 @@ for d in sys.argv[1:]:
                 "warnings": [str(w.message) for w in caught]})
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module")
-def harbor_python() -> Path:
-    python = find_python((3, 12))
-    if python is None:
-        pytest.skip("harbor 0.25 needs Python >= 3.12: none on PATH or in pyenv")
-    try:
-        return scratch_venv("harbor", ["harbor==0.25.*"], python=python)
-    except ScratchVenvError as e:
-        pytest.fail(f"could not build the harbor venv:\n{e}")
 
 
 @pytest.mark.slow

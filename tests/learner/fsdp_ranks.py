@@ -32,7 +32,9 @@ def run(rank: int, world: int, port: int, job: dict) -> None:
             learner.load_state(job["load"])
         with open(job["rollouts"], "rb") as f:
             rollouts = pickle.load(f)
-        metrics = [learner.update(rollouts) for _ in range(job["steps"])]
+        trace = job.get("trace", ())
+        metrics = [learner.update(rollouts, trace=trace) for _ in range(job["steps"])]
+        assert sorted(learner.trace) == sorted(trace)  # every rank holds the whole trace
         if job.get("save"):
             learner.save_state(job["save"])
         policy = learner.policy_engine.weights()
@@ -40,6 +42,7 @@ def run(rank: int, world: int, port: int, job: dict) -> None:
         if rank == 0:
             torch.save({"policy": policy, "critic": critic, "metrics": metrics,
                         "version": learner.policy_version, "steps_done": learner.steps_done,
+                        "trace": learner.trace,
                         "scores_tokens": learner.policy_engine.scores_tokens},
                        job["out"])
     finally:

@@ -92,15 +92,15 @@ def rollouts(model_path, tmp_path_factory):
     return str(path), batch
 
 
-def _single(algorithm, model_path, batch, group_size):
+def _single(algorithm, model_path, batch, group_size, trace=()):
     from sao_gym.learner.sao import build_learner
 
     learner = build_learner(algorithm, model_path, CONFIG, total_steps=STEPS,
                             group_size=group_size)
-    metrics = [learner.update(batch) for _ in range(STEPS)]
+    metrics = [learner.update(batch, trace=trace) for _ in range(STEPS)]
     critic = learner.critic_engine.weights() if learner.critic_engine else None
     return {"policy": learner.policy_engine.weights(), "critic": critic, "metrics": metrics,
-            "version": learner.policy_version}
+            "version": learner.policy_version, "trace": learner.trace}
 
 
 def _max_diff(a, b):
@@ -118,10 +118,11 @@ def test_two_fsdp_ranks_train_like_one_device(algorithm, model_path, rollouts, t
 
     path, batch = rollouts
     group_size = 2 if algorithm == "grpo" else 1
-    one = _single(algorithm, model_path, batch, group_size)
+    trace = [0, 3, 6]  # the per-token quantities, gathered from the ranks that computed them
+    one = _single(algorithm, model_path, batch, group_size, trace)
     out = tmp_path / "ranks.pt"
     job = {"config": CONFIG, "algorithm": algorithm, "policy": model_path, "rollouts": path,
-           "steps": STEPS, "out": str(out), "group_size": group_size}
+           "steps": STEPS, "out": str(out), "group_size": group_size, "trace": trace}
     mp.spawn(run, args=(2, _free_port(), job), nprocs=2, join=True)
     two = torch.load(out, weights_only=False)
     assert two["version"] == one["version"] == STEPS * CONFIG.policy_minibatches
@@ -137,6 +138,11 @@ def test_two_fsdp_ranks_train_like_one_device(algorithm, model_path, rollouts, t
                     "learner/tokens", *(("loss/value", "critic/explained_variance")
                                         if algorithm == "sao" else ())):
             assert m2[key] == pytest.approx(m1[key], rel=1e-4, abs=1e-6), key
+    assert sorted(two["trace"]) == trace
+    for i in trace:
+        assert two["trace"][i].keys() == one["trace"][i].keys()
+        for key, values in one["trace"][i].items():
+            assert two["trace"][i][key] == pytest.approx(values, rel=1e-3, abs=1e-4), (i, key)
 
 
 @pytest.mark.parametrize("algorithm", ["sao", "grpo"])

@@ -114,6 +114,29 @@ def test_jobs_take_the_warm_starts_in_turn(study):
     assert study.job_order(["long"], [0], ["SAO"]) == [("long", "SAO", 0)]
 
 
+def test_no_worker_waits_while_a_run_it_could_start_is_left(study):
+    import threading
+
+    rm = "running-mean baseline (DIS)"
+    jobs = study.Jobs([("short", "SAO", 1), ("long", "SAO", 2), ("short", rm, 1),
+                       ("long", rm, 2), ("short", "GRPO+DIS (G=8)", 1)],
+                      ready={("short", 1)})
+    assert jobs.take() == ("short", "SAO", 1)  # its warm start is there
+    assert jobs.take() == ("long", "SAO", 2)  # this worker makes long seed 2's
+    assert jobs.making == {("long", 2)}
+    assert jobs.take() == ("short", rm, 1)
+    # the next in order waits on the warm start being made: the one after it goes first
+    assert jobs.take() == ("short", "GRPO+DIS (G=8)", 1)
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(jobs.take()))
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive() and got == []  # only a run of the warm start being made is left
+    jobs.warm_ready("long", 2)
+    waiter.join(5)
+    assert got == [("long", rm, 2)] and jobs.take() is None
+
+
 def test_trl_wall_clock_sums_resumed_segments(tmp_path):
     bench = import_benchmark("vs_trl_heldout")
     run = tmp_path / "run"

@@ -10,6 +10,7 @@ import pytest
 
 from sao_gym.cli import main
 from sao_gym.logging import read_metrics
+from sao_gym.rollout_store import RolloutReader
 from sao_gym.runtime.checkpoint import CheckpointManager
 from sao_gym.runtime.loader import recipe_path
 
@@ -172,6 +173,26 @@ def test_the_default_job_warm_starts_evaluates_trains_and_plots(tmp_path, capsys
     assert plots <= {"clip_ratio.png", "explained_variance.png", "staleness.png", "success.png",
                      "throughput.png"}
     assert "warm start step 3/3" in captured.err and str(run / "plots") in captured.out
+    # the rollouts kept: each step's (batch of 1) traced by the learner, every evaluation's
+    reader = RolloutReader(run)
+    assert reader.splits() == ["train", "eval_after", "eval_before"]
+    train = reader.episodes("train")
+    assert [e["step"] for e in train] == [1, 2] and all(e["traced"] for e in train)
+    record = reader.record("train", train[-1]["id"])
+    tokens, learner = record["tokens"], record["learner"]
+    assert learner["step"] == 2 and set(learner) == {"step", "logprob", "ratio", "dis_mask",
+                                                     "advantage", "value", "return"}
+    assert all(len(v) == len(tokens["id"]) for v in (*tokens.values(), *(
+        v for k, v in learner.items() if k != "step")))
+    assert record["messages"][-1]["role"] in ("user", "tool", "assistant")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(run / "model" / "warm_start")
+    assert "".join(tokens["text"]) == tok.decode(tokens["id"])  # ASCII task: pieces join
+    for split, step in (("eval_before", 0), ("eval_after", 2)):
+        kept = reader.episodes(split)
+        assert len(kept) == 2 and {e["step"] for e in kept} == {step}
+        assert not any(e["traced"] for e in kept)
 
 
 MY_ENV = '''

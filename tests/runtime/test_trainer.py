@@ -15,6 +15,7 @@ import pytest
 import sao_gym
 from sao_gym.envs.arithmetic.env import ArithmeticEnv
 from sao_gym.logging import read_metrics
+from sao_gym.rollout_store import RolloutReader
 from sao_gym.runtime.job import build_trainer
 from sao_gym.runtime.loader import load_config
 from tests.runtime.fakes import fake_trainer
@@ -99,6 +100,14 @@ def test_failing_env_does_not_stop_training(tmp_path, tiny_model_path, flaky_env
                           "total_steps=4", "rollout.batch_size=2", "rollout.concurrency=4")
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["rollout/infra_failures"] > 0
+    # kept: every step's batch (2 <= logging.rollouts_per_step), traced, and every failure
+    kept = RolloutReader(tmp_path / "run").episodes("train")
+    traced = [e for e in kept if e["traced"]]
+    assert [e["step"] for e in traced] == [1, 1, 2, 2, 3, 3, 4, 4]
+    failed = [e for e in kept if e["infra_failure"]]
+    assert len(failed) == rows[-1]["rollout/infra_failures"]
+    assert {e["stop_reason"] for e in failed} == {"env_error"} and not any(
+        e["traced"] for e in failed)
 
 
 def test_sync_mode_trains_on_fresh_rollouts_only(tmp_path, tiny_model_path):

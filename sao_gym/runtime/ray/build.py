@@ -87,7 +87,9 @@ def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=pool, sink=sink,
                    checkpoints=RemoteCheckpointer(learner), total_steps=parts.total_steps,
-                   checkpoint_every=parts.checkpoint_every, publish_first=lora is not None)
+                   checkpoint_every=parts.checkpoint_every, publish_first=lora is not None,
+                   recorder=parts.recorder(run_dir, tokenizer_path=policy_path)
+                   if parts.recorder is not None else None)
 
 
 def _dead_errors() -> tuple[type[BaseException], ...]:

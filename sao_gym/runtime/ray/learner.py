@@ -104,22 +104,26 @@ class LearnerService:
                 "policy_version": self.learner.policy_version,
                 "max_versions_per_step": self.learner.max_versions_per_step}
 
-    def update(self, rollouts: list[Rollout]) -> tuple[dict[str, float], int, int, list]:
-        """One learner step: ``(metrics, steps_done, policy_version, [weights ref])``.
+    def update(self, rollouts: list[Rollout], trace: list[int] | None = None
+               ) -> tuple[dict[str, float], int, int, list, dict]:
+        """One learner step: ``(metrics, steps_done, policy_version, [weights ref], trace)``.
 
         Every rank trains its share; the weights (gathered on rank 0) are put
-        in the object store by rank 0, the others answer ``[None]``.
+        in the object store by rank 0, the others answer ``[None]``. ``trace``:
+        positions whose per-token quantities come back (``Learner.trace``).
         """
         import ray
 
         from sao_gym.utils.memory import release_free_memory, rss_mb
 
-        metrics = self.learner.update(rollouts)
+        metrics = (self.learner.update(rollouts, trace=trace) if trace
+                   else self.learner.update(rollouts))
         release_free_memory()
         metrics["perf/learner_rss_mb"] = rss_mb()
         weights = self.learner.weights()
         box = [ray.put(weights) if self.rank == 0 else None]
-        return metrics, self.learner.steps_done, self.learner.policy_version, box
+        return (metrics, self.learner.steps_done, self.learner.policy_version, box,
+                self.learner.trace if trace else {})
 
     def weights_box(self) -> list:
         """``[object ref]`` of the current weights (rank 0's; ``[None]`` elsewhere)."""
@@ -160,6 +164,8 @@ class RemoteLearner:
         self.policy_version: int = info["policy_version"]
         self.max_versions_per_step: int = info["max_versions_per_step"]
         self._box: list | None = None
+        self.trace: dict[int, dict[str, list[float]]] = {}
+        """Per-token quantities the last step traced (``Learner.trace``)."""
 
     def call(self, method: str, *args: Any) -> Any:
         """``actor.method(*args)`` on every rank, waited for; rank 0's answer.
@@ -197,9 +203,11 @@ class RemoteLearner:
             except Exception:  # noqa: BLE001 - it may be dead already
                 pass
 
-    def update(self, rollouts: list[Rollout]) -> dict[str, float]:
-        """One learner step on the actors; its metrics."""
-        metrics, self.steps_done, self.policy_version, self._box = self.call("update", rollouts)
+    def update(self, rollouts: list[Rollout], trace: list[int] | None = None
+               ) -> dict[str, float]:
+        """One learner step on the actors; its metrics (``trace``: as ``Learner.update``)."""
+        (metrics, self.steps_done, self.policy_version, self._box,
+         self.trace) = self.call("update", rollouts, trace)
         return metrics
 
     def weights(self) -> list:
