@@ -319,7 +319,7 @@ def sao_worker(spec_path: Path) -> None:
     seen = {"trajectories": 0, "tool_calls": 0, "reward": 0.0, "turns": 0, "update_s": 0.0}
     update = trainer.learner.update
 
-    def counted_update(batch: list[Any]) -> dict[str, float]:
+    def counted_update(batch: list[Any], **kwargs: Any) -> dict[str, float]:
         for rollout in batch:
             seen["trajectories"] += 1
             seen["reward"] += rollout.reward
@@ -328,7 +328,7 @@ def sao_worker(spec_path: Path) -> None:
             seen["tool_calls"] += sum(len(m.get("tool_calls") or []) for m in assistant)
         t = time.monotonic()
         try:
-            return update(batch)
+            return update(batch, **kwargs)  # trace=: the rollouts the run keeps
         finally:
             seen["update_s"] += time.monotonic() - t
 
