@@ -78,6 +78,7 @@ from sao_gym.learner.engine import (
 )
 from sao_gym.learner.estimators import AdvantageBatch, group_key, skip_observation_targets
 from sao_gym.learner.schedule import lr_scale, warmup_scale
+from sao_gym.learner.trace import check_trace, token_trace
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
@@ -278,7 +279,7 @@ class Learner:
         """
         start = time.perf_counter()
         self._check(rollouts)
-        want = _check_trace(trace, len(rollouts))
+        want = check_trace(trace, len(rollouts))
         metrics: dict[str, float] = {"learner/lr": self._set_lr()}
         mbs = self._micro_batches(rollouts)
         critic_start, values_after, targets = time.perf_counter(), None, None
@@ -295,8 +296,13 @@ class Learner:
         scored: dict[int, torch.Tensor] = {}
         if train_policy:
             metrics.update(self._train_policy(rollouts, per_rollout, scored if want else None))
-        self.trace = self._trace(rollouts, want, mbs, per_rollout, targets,
-                                 self.group.union(scored) if want else {})
+        self.trace = {}
+        if want:
+            per_target = [None, None] if targets is None else [
+                _per_rollout([t[k] for t in targets], mbs, rollouts) for k in (0, 1)]
+            self.trace = token_trace(rollouts, want, per_rollout, values=per_target[1],
+                                     returns=per_target[0], scored=self.group.union(scored),
+                                     band=self.band)
         self.steps_done += 1
         adv_all = torch.cat([a[mb.action_mask_BT > 0] for a, mb in zip(advantages, mbs,
                                                                            strict=True)])
@@ -355,38 +361,6 @@ class Learner:
                 f"{self.algorithm} needs groups of {self.group_size} rollouts "
                 f"(grouped by Rollout.group_id, or task_id where group_id is None); "
                 f"got sizes {wrong}")
-
-    def _trace(self, rollouts: Sequence[Rollout], want: list[int], mbs: Sequence[MicroBatch],
-               advantages: Sequence[torch.Tensor],
-               targets: Sequence[tuple[torch.Tensor, torch.Tensor]] | None,
-               scored: dict[int, torch.Tensor]) -> dict[int, dict[str, list[float]]]:
-        """Per-token quantities of the rollouts at ``want`` (:attr:`trace`)."""
-        if not want:
-            return {}
-        values = returns = None
-        if targets is not None:
-            returns = _per_rollout([t[0] for t in targets], mbs, rollouts)
-            values = _per_rollout([t[1] for t in targets], mbs, rollouts)
-        out: dict[int, dict[str, list[float]]] = {}
-        lo, hi = 1.0 - self.band[0], 1.0 + self.band[1]
-        for i in want:
-            r = rollouts[i]
-            mask = torch.tensor(r.loss_mask, dtype=torch.bool)
-            row: dict[str, list[float]] = {
-                "advantage": torch.where(mask, advantages[i].detach().float().cpu(), 0.0).tolist()}
-            if values is not None and returns is not None:
-                row["value"] = torch.where(mask, values[i].float().cpu(), 0.0).tolist()
-                row["return"] = torch.where(mask, returns[i].float().cpu(), 0.0).tolist()
-            if i in scored:
-                lp = scored[i].float().cpu()
-                ratio = torch.exp(torch.where(
-                    mask, lp - torch.tensor(r.rollout_logprobs, dtype=torch.float32), 0.0))
-                kept = mask & (ratio > lo) & (ratio < hi)
-                row["logprob"] = torch.where(mask, lp, 0.0).tolist()
-                row["ratio"] = torch.where(mask, ratio, 0.0).tolist()
-                row["dis_mask"] = kept.int().tolist()
-            out[i] = row
-        return out
 
     # ----- the critic -----
     def _train_critic(self, rollouts: Sequence[Rollout], mbs: Sequence[MicroBatch]
@@ -607,15 +581,6 @@ class Learner:
         :func:`sao_gym.learner.state.load_state`; every rank calls it.
         """
         learner_state.load_state(self, path)
-
-
-def _check_trace(trace: Sequence[int], n: int) -> list[int]:
-    """``trace`` sorted without repeats, each a position in a batch of ``n``."""
-    want = sorted(set(trace))
-    bad = [i for i in want if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < n]
-    if bad:
-        raise ValueError(f"trace positions must be in [0, {n}); got {bad}")
-    return want
 
 
 def _explained_variance(values, returns, mbs) -> float:
