@@ -35,11 +35,11 @@ def test_console_script_runs():
 
 
 def test_train_result_prints_gain_with_intervals():
-    from sao_gym.cli import _gain_lines
+    from sao_gym.cli.train import gain_lines
 
     # hand values: Wilson 128/256 -> 0.5 +- 0.0608; 192/256 -> 0.7463 +- 0.0528;
     # gain 0.25 +- 1.96 * sqrt(0.25/256 + 0.1875/256) = 0.25 +- 0.0810
-    lines = _gain_lines({"success_rate": 0.5, "episodes": 256, "infra_failures": 0},
+    lines = gain_lines({"success_rate": 0.5, "episodes": 256, "infra_failures": 0},
                         {"success_rate": 0.75, "episodes": 258, "infra_failures": 2})
     assert lines[0] == ("success:    0.500 [0.439, 0.561] before -> 0.750 [0.694, 0.799] "
                         "after RL (256 held-out episodes, 95% intervals)")
@@ -47,16 +47,16 @@ def test_train_result_prints_gain_with_intervals():
 
 
 def test_an_interrupted_result_prints_its_step_and_no_gain(capsys):
-    from sao_gym.cli import _print_result
+    from sao_gym.cli.train import print_result
 
     summary = {"success_rate": 0.5, "episodes": 256, "infra_failures": 0}
-    _print_result({"run_dir": "runs/x", "checkpoint": "runs/x/checkpoints/step_0000007",
+    print_result({"run_dir": "runs/x", "checkpoint": "runs/x/checkpoints/step_0000007",
                    "interrupted": True, "steps_done": 7, "total_steps": 200,
                    "eval_before": summary, "eval_after": summary, "plots": []})
     out = capsys.readouterr().out
     assert "interrupted at step 7 of 200" in out and "--resume runs/x" in out
     assert "after RL" not in out and "gain" not in out
-    _print_result({"run_dir": "runs/x", "checkpoint": None, "interrupted": False,
+    print_result({"run_dir": "runs/x", "checkpoint": None, "interrupted": False,
                    "eval_before": summary, "eval_after": summary})
     out = capsys.readouterr().out
     assert "interrupted" not in out and "after RL" in out and "gain:" in out
@@ -82,11 +82,11 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path, monkeypatch, capsys):
 
 
 def test_a_missing_module_of_no_extra_is_not_hidden(monkeypatch):
-    import sao_gym.cli
+    import sao_gym.cli.runs
 
     def broken(args):
         raise ModuleNotFoundError("No module named 'no_such_module'", name="no_such_module")
 
-    monkeypatch.setattr(sao_gym.cli, "_cmd_plot", broken)
+    monkeypatch.setattr(sao_gym.cli.runs, "cmd_plot", broken)
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         main(["plot", "somewhere"])

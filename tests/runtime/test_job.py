@@ -269,7 +269,7 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
                                                                   fake_job, capsys):
     import os
 
-    from sao_gym.cli import _print_result
+    from sao_gym.cli.train import print_result
     from sao_gym.runtime.job import train
     from sao_gym.runtime.loader import load_config
     from tests.runtime.fakes import fake_trainer
@@ -285,7 +285,7 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
     assert result["interrupted"] and result["steps_done"] == n and result["total_steps"] == 50
     assert len(evaluated) == 1 and "eval_after" not in result  # the starting model only
     assert any(f"interrupted at step {n}" in line for line in said), said
-    _print_result(result)
+    print_result(result)
     out = capsys.readouterr().out
     assert f"interrupted at step {n} of 50" in out and f"--resume {tmp_path / 'run'}" in out
     assert "after RL" not in out and "gain" not in out

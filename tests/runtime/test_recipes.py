@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sao_gym.cli import _default_recipe
+from sao_gym.cli.train import default_recipe
 from sao_gym.runtime.loader import load_recipe, recipe_path
 
 DEMO_CHOICES = {"env", "env_kwargs", "rollout.max_new_tokens", "rollout.max_context_tokens",
@@ -33,7 +33,7 @@ sampled success at the stop."""
     (["model=tiny", "rollout.max_new_tokens=env"], "demo"),
 ])
 def test_the_default_recipe_is_cpu_only_when_an_env_is_named(overrides, recipe):
-    assert _default_recipe(overrides) == recipe
+    assert default_recipe(overrides) == recipe
 
 
 def test_the_cpu_recipe_leaves_the_env_its_own_limits():
