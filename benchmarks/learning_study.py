@@ -129,9 +129,18 @@ def warm_done(out: Path, seed: int) -> bool:
 
 
 def warm_start(out: Path, seed: int) -> Path:
-    """The seed's warm checkpoint and its held-out evaluation (made once)."""
+    """The seed's warm checkpoint and its held-out evaluation (made once; an
+    interrupted one is resumed from its last saved state)."""
+    from sao_gym.runtime.job import DEMONSTRATIONS, WARM_STATE
+
     run = out / "warm" / f"seed{seed}"
     if warm_done(out, seed):
+        return run
+    model = run / "model"
+    if (run / "config.yaml").exists() and ((model / WARM_STATE / DEMONSTRATIONS).exists()
+                                           or (model / "warm_start" / "config.json").exists()):
+        log(f"resume warm start, seed {seed}")
+        sao_gym(["train", "--resume", str(run)], out / "logs" / f"warm-seed{seed}.log")
         return run
     if run.exists():
         shutil.rmtree(run)

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -191,6 +192,38 @@ def sequence_success(
                            max_tokens_per_microbatch=max_tokens_per_microbatch)["sampled"]
 
 
+SFT_STATE = "sft_state.pt"
+"""The file of :func:`sft`'s training state in its ``state_dir``."""
+
+
+def _save_state(path: Path, run: dict[str, Any], engine: LocalEngine, step: int,
+                order: list[int], order_rng: random.Random, elapsed_s: float,
+                stopped: bool) -> None:
+    """Everything :func:`sft` needs to continue after ``step``, written atomically.
+
+    ``stopped``: the early stop came at ``step``; nothing is left but saving.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"run": run, "step": step, "engine": engine.state_dict(), "order": list(order),
+                "order_rng": order_rng.getstate(), "torch_rng": torch.get_rng_state(),
+                "elapsed_s": elapsed_s, "stopped": stopped}, tmp)
+    tmp.replace(path)
+
+
+def _load_state(path: Path, run: dict[str, Any], engine: LocalEngine,
+                order_rng: random.Random) -> tuple[int, float, list[int], bool]:
+    """Restore :func:`_save_state`'s state; ``(its step, elapsed seconds, data order, stopped)``."""
+    state = torch.load(path, map_location=engine.device, weights_only=False)
+    if state["run"] != run:
+        raise ValueError(f"{path} is the state of another fine-tuning run ({state['run']}, "
+                         f"not {run}): delete it to start this one afresh")
+    engine.load_state_dict(state["engine"])
+    order_rng.setstate(state["order_rng"])
+    torch.set_rng_state(state["torch_rng"])
+    return state["step"], state["elapsed_s"], list(state["order"]), state["stopped"]
+
+
 def sft(
     policy_path: str | Path,
     demonstrations: Sequence[Rollout],
@@ -212,6 +245,8 @@ def sft(
     target_metric: str = "sampled",
     min_sampled: float | None = None,
     check_every: int = 10,
+    state_dir: str | Path | None = None,
+    save_every_s: float = 600.0,
 ) -> str:
     """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
 
@@ -243,6 +278,12 @@ def sft(
     start that should leave room for RL stops at a chosen level of skill
     rather than after a step count, which small models reach at very
     different times depending on their initialization.
+
+    Resumable: with ``state_dir``, the whole training state (weights, AdamW
+    moments, data order, RNG, step) is written there, atomically, every
+    ``save_every_s`` seconds (0: after every step), and a call that finds one
+    there continues from its step: the result equals an uninterrupted run's.
+    The state stays when the call returns; the caller deletes it.
     """
     from sao_gym.models import load_policy
 
@@ -271,14 +312,25 @@ def sft(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order_rng = random.Random(seed)
     order: list[int] = []
+    run = {"demonstrations": len(demos), "tokens": sum(len(d.token_ids) for d in demos),
+           "seed": seed, "batch_size": batch_size, "lr": lr}
+    """What a saved state must match to be continued."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model.train()
         engine = LocalEngine(model, lr=lr, weight_decay=weight_decay,
                              max_grad_norm=max_grad_norm,
                              device=next(model.parameters()).device)
-        start = time.perf_counter()
-        for step in range(1, steps + 1):
+        done, elapsed, last = 0, 0.0, steps
+        if state_dir is not None and (Path(state_dir) / SFT_STATE).exists():
+            done, elapsed, order, stopped = _load_state(Path(state_dir) / SFT_STATE, run,
+                                                        engine, order_rng)
+            last = done if stopped else steps
+            logger.info("sft: resuming after step %d of %d from %s", done, steps, state_dir)
+        start = time.perf_counter() - elapsed
+        saved = time.monotonic()
+        step = done
+        for step in range(done + 1, last + 1):
             batch: list[Rollout] = []
             while len(batch) < min(batch_size, len(demos)):
                 if not order:
@@ -298,6 +350,10 @@ def sft(
                 held = estimates[target_metric]
             reached = held is not None and held >= target_success and (
                 min_sampled is None or estimates["sampled"] >= min_sampled)
+            if state_dir is not None and (reached or time.monotonic() - saved >= save_every_s):
+                _save_state(Path(state_dir) / SFT_STATE, run, engine, step, order, order_rng,
+                            time.perf_counter() - start, reached)
+                saved = time.monotonic()
             record = SFTStep(step, loss, accuracy, norm, step_lr,
                              sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held,
                              estimates.get("greedy"), estimates.get("sampled"), reached)
@@ -312,9 +368,12 @@ def sft(
                 break
     model.eval()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    saving = out.with_name(out.name + ".saving")  # whole or absent: a crash leaves no half
+    shutil.rmtree(saving, ignore_errors=True)
+    model.save_pretrained(str(saving))
+    tokenizer.save_pretrained(str(saving))
+    shutil.rmtree(out, ignore_errors=True)
+    saving.rename(out)
     logger.info("sft: %d steps on %d demonstrations -> %s", step, len(demos), out)
     return str(out)
 

@@ -18,7 +18,8 @@
 Every artefact lands in the run directory::
 
     RUN_DIR/config.yaml          the resolved configuration (fitted budgets included)
-    RUN_DIR/model/               the starting checkpoint (after any warm start)
+    RUN_DIR/model/               the starting checkpoint (after any warm start; an
+                                 interrupted warm start's state, which --resume continues)
     RUN_DIR/metrics.jsonl        one line per learner step
     RUN_DIR/checkpoints/step_N/  atomic checkpoints (policy/ is servable)
     RUN_DIR/eval_before.json, eval_after.json
@@ -36,6 +37,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -229,12 +231,7 @@ def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
     corpus: list[str] = []
     if config.model == "tiny" and not (run_dir / "model" / "base" / "config.json").exists():
         corpus = env_corpus(config, demos, CORPUS_EPISODES)
-    policy = resolve_model(config.model, run_dir, config.seed, corpus=corpus,
-                           options=config.model_options)
-    if config.chat_template is not None:
-        from sao_gym.models import with_chat_template
-
-        policy = with_chat_template(policy, config.chat_template, run_dir / "model" / "templated")
+    policy = base_policy(config, run_dir, corpus)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     positions = getattr(AutoConfig.from_pretrained(policy), "max_position_embeddings", None)
     r = config.rollout
@@ -258,9 +255,70 @@ def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
         say(line)
     save_config(config, run_dir / "config.yaml")
     if demos is not None:
-        policy = warm_start(config, policy, run_dir, train_demos,
-                            [d for d in holdout if d.reward > 0], say=say)
+        rewarded = [d for d in holdout if d.reward > 0]
+        _keep_demonstrations(run_dir, policy, train_demos, rewarded)
+        policy = warm_start(config, policy, run_dir, train_demos, rewarded, say=say)
     return config, policy
+
+
+def base_policy(config: TrainConfig, run_dir: Path, corpus: Any = ()) -> str:
+    """The run's model before any warm start: built or found, with the config's chat template."""
+    policy = resolve_model(config.model, run_dir, config.seed, corpus=corpus,
+                           options=config.model_options)
+    if config.chat_template is not None:
+        from sao_gym.models import with_chat_template
+
+        policy = with_chat_template(policy, config.chat_template, run_dir / "model" / "templated")
+    return policy
+
+
+WARM_STATE = "warm_start.partial"
+"""``RUN_DIR/model/<this>``: an unfinished warm start, what ``--resume`` continues: its
+demonstrations (:data:`DEMONSTRATIONS`) and :func:`~sao_gym.learner.sft.sft`'s state."""
+
+DEMONSTRATIONS = "demonstrations.pkl"
+
+WARM_SAVE_EVERY_S = 600.0
+"""How often a warm start saves its state (a crash loses at most this much of it)."""
+
+
+def _keep_demonstrations(run_dir: Path, base: str, demos: list[Any], holdout: list[Any]) -> None:
+    """The warm start's inputs, so that an interrupted one continues on the same data."""
+    import pickle
+
+    state = run_dir / "model" / WARM_STATE
+    state.mkdir(parents=True, exist_ok=True)
+    tmp = state / (DEMONSTRATIONS + ".tmp")
+    tmp.write_bytes(pickle.dumps({"base": base, "demos": demos, "holdout": holdout}))
+    tmp.replace(state / DEMONSTRATIONS)
+
+
+def _resumed_start(config: TrainConfig, run_dir: Path, say: Any) -> tuple[TrainConfig, str]:
+    """A resumed run's config and starting checkpoint.
+
+    The warm start's checkpoint; an interrupted warm start is continued first
+    (from its saved state, on its kept demonstrations), and one that never began
+    is prepared again. Without a warm start, the base model.
+    """
+    import pickle
+
+    from sao_gym.runtime.checkpoint import CheckpointManager
+
+    warm = run_dir / "model" / "warm_start"
+    if (warm / "config.json").exists():
+        return config, str(warm)
+    kept = run_dir / "model" / WARM_STATE / DEMONSTRATIONS
+    if kept.exists():
+        inputs = pickle.loads(kept.read_bytes())
+        say("the warm start was interrupted: continuing it")
+        return config, warm_start(config, inputs["base"], run_dir, inputs["demos"],
+                                  inputs["holdout"], say=say)
+    ws = config.warm_start
+    if (ws is not None and ws.steps and not CheckpointManager(run_dir).complete()
+            and Demonstrations.of(config) is not None):
+        say("the run stopped before its warm start began: preparing it again")
+        return prepare(config, run_dir, say=say)
+    return config, base_policy(config, run_dir)
 
 
 def turn_limit(config: TrainConfig) -> int | None:
@@ -286,8 +344,9 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
 
     ws = config.warm_start
     assert ws is not None
-    out = run_dir / "model" / "warm_start"
+    out, state = run_dir / "model" / "warm_start", run_dir / "model" / WARM_STATE
     if (out / "config.json").exists():
+        shutil.rmtree(state, ignore_errors=True)
         return str(out)
     target = ws.target_success
     every = max(1, ws.steps // 10)
@@ -311,11 +370,14 @@ def warm_start(config: TrainConfig, base: str, run_dir: Path, demos: list[Any],
                 "RL starts from this checkpoint (raise warm_start.steps, or lower "
                 "warm_start.target_success)")
 
-    return sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
+    path = sft(base, demos, out_dir=str(out), steps=ws.steps, lr=ws.lr,
                batch_size=ws.batch_size, warmup_steps=ws.steps // 20, seed=config.seed,
                callback=report, label_smoothing=ws.label_smoothing,
                holdout=holdout or None, target_success=target if holdout else None,
-               target_metric=ws.target_metric, min_sampled=ws.min_sampled_success)
+               target_metric=ws.target_metric, min_sampled=ws.min_sampled_success,
+               state_dir=state, save_every_s=WARM_SAVE_EVERY_S)
+    shutil.rmtree(state, ignore_errors=True)
+    return path
 
 
 def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = None,
@@ -392,7 +454,8 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     ``display`` (a :class:`~sao_gym.progress.ProgressDisplay`) gets every
     step's metrics; its clock starts when RL starts, so its ETA counts
     training time only. On ``resume`` the config is the run's saved one
-    (budgets already fitted) and the warm start is not run again.
+    (budgets already fitted); a finished warm start is not run again, an
+    interrupted one continues where it was saved.
     """
     from sao_gym.runtime.build import require_env
 
@@ -400,9 +463,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if resume:
-        warm = run_dir / "model" / "warm_start"
-        policy = str(warm) if (warm / "config.json").exists() else resolve_model(
-            config.model, run_dir, config.seed, options=config.model_options)
+        config, policy = _resumed_start(config, run_dir, say)
     else:
         config, policy = prepare(config, run_dir, say=say)
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}

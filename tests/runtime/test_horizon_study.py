@@ -198,3 +198,35 @@ def test_the_archive_is_not_git_ignored():
     # and a training run's own output directory still is
     assert subprocess.run(["git", "check-ignore", "--no-index", "runs/x/metrics.jsonl"],
                           cwd=root, capture_output=True).returncode == 0
+
+
+def test_an_interrupted_warm_start_is_resumed_and_a_bare_one_made_anew(study, tmp_path,
+                                                                       monkeypatch):
+    from sao_gym.runtime.job import DEMONSTRATIONS, WARM_STATE
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(study.ls, "sao_gym", lambda args, logfile: calls.append(args))
+    out = tmp_path / "short"
+    (out / "logs").mkdir(parents=True)
+    warm = out / "warm" / "seed4"
+    (warm / "model" / WARM_STATE).mkdir(parents=True)
+    (warm / "config.yaml").write_text("seed: 4\n")
+    (warm / "model" / WARM_STATE / DEMONSTRATIONS).write_bytes(b"kept")
+    assert study.ls.warm_start(out, 4) == warm
+    assert calls == [["train", "--resume", str(warm)]]
+    assert (warm / "model" / WARM_STATE / DEMONSTRATIONS).exists()  # nothing deleted
+
+    calls.clear()  # the warm start made, its evaluation missing: resumed too
+    (warm / "model" / WARM_STATE / DEMONSTRATIONS).unlink()
+    (warm / "model" / "warm_start").mkdir()
+    (warm / "model" / "warm_start" / "config.json").write_text("{}")
+    study.ls.warm_start(out, 4)
+    assert calls == [["train", "--resume", str(warm)]]
+
+    calls.clear()  # killed before the demonstrations were kept: made anew
+    bare = out / "warm" / "seed5"
+    bare.mkdir(parents=True)
+    (bare / "config.yaml").write_text("seed: 5\n")
+    study.ls.warm_start(out, 5)
+    assert len(calls) == 1 and calls[0][:2] == ["train", str(out / "study.yaml")]
+    assert not bare.exists()  # the half-made run dir was cleared first

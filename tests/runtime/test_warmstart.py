@@ -401,10 +401,11 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     seen = {}
 
     def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback,
-                 label_smoothing, holdout, target_success, target_metric, min_sampled):
+                 label_smoothing, holdout, target_success, target_metric, min_sampled,
+                 state_dir, save_every_s):
         seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
                     holdout=holdout, target=target_success, metric=target_metric,
-                    floor=min_sampled)
+                    floor=min_sampled, state_dir=state_dir)
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
@@ -429,6 +430,9 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     # the early stop sees rewarded demonstrations of other episodes (other env seeds)
     assert seen["target"] == 0.7 and seen["metric"] == "greedy" and len(seen["holdout"]) == 5
     assert seen["floor"] == 0.05
+    # the warm start keeps its state where --resume looks, and deletes it once done
+    assert seen["state_dir"] == tmp_path / "model" / train_main.WARM_STATE
+    assert not seen["state_dir"].exists()
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
