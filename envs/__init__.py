@@ -39,7 +39,8 @@ register(
     "sao_gym/CodeRepo-v0",
     "sao_gym.envs.code_repo:CodeRepoEnv",
     max_episode_steps=50,
-    hooks={"harbor": "sao_gym.envs.code_repo.harbor:export_task"},
+    hooks={"harbor": "sao_gym.envs.code_repo.harbor:export_task",
+           "tasks_cli": "sao_gym.envs.code_repo.cli:add_parser"},
 )
 register(
     "sao_gym/OpenEnv-v0",

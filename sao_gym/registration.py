@@ -19,9 +19,10 @@ Three ways an id gets registered, all ending in :func:`register`:
 An environment's training hooks travel with its registration:
 ``register(id, ..., oracle=fn or "module:fn")`` names its demonstration policy
 (what a warm start imitates), ``hooks={"harbor": "module:fn", ...}`` its
-other task-specific hooks (exporters, graders). :func:`env_oracle` and
-:func:`env_hook` find them for built-in, ``module:id`` and entry-point ids
-alike, importing a lazy ``"module:fn"`` on first use.
+other task-specific hooks (exporters, graders, task makers). :func:`env_oracle`
+and :func:`env_hook` find them for built-in, ``module:id`` and entry-point ids
+alike, importing a lazy ``"module:fn"`` on first use; :func:`env_ids_with`
+lists the ids that have a hook.
 
 Finding failures raise Gymnasium's ``UnregisteredEnv`` with one-line
 messages: an unknown id, a module that cannot be imported, a module that
@@ -160,8 +161,9 @@ def register(
     next assistant turn, from the conversation so far and
     ``env.unwrapped.task``), a callable or a lazy ``"module:function"``: a
     warm start imitates it (docs/new_env.md). ``hooks`` maps other hook
-    names (``"harbor"``: the Harbor task exporter, ...) to callables or
-    ``"module:function"`` strings; :func:`env_hook` finds them.
+    names (``"harbor"``: the Harbor task exporter; ``"tasks_cli"``: adds the
+    env's task makers to ``sao-gym tasks``, ``fn(subparsers)``; ...) to
+    callables or ``"module:function"`` strings; :func:`env_hook` finds them.
     """
     _, _, version = parse_env_id(id)
     if version is None:
@@ -215,6 +217,11 @@ def env_hook(id: str, name: str) -> Callable[..., Any] | None:
     if not callable(found):
         raise TypeError(f"the {name} hook of {env_id} ({hook!r}) is not callable")
     return found
+
+
+def env_ids_with(name: str) -> list[str]:
+    """The registered ids (entry points loaded) that have a hook ``name``, in id order."""
+    return [env_id for env_id in env_ids() if name in _HOOKS.get(env_id, {})]
 
 
 def env_oracle(id: str) -> Callable[..., Any] | None:

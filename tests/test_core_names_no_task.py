@@ -90,3 +90,18 @@ def test_core_modules_name_no_tool():
                              f"{node.value!r} (a tool of {', '.join(tools[node.value])})")
     assert not found, ("core modules name built-in tools as strings (move the code to the "
                        "env's folder under envs/):\n" + "\n".join(found))
+
+
+def test_core_modules_import_no_env_module():
+    """An env's code reaches the core through its registration's hooks, never an import
+    (``sao_gym/__init__.py`` imports ``sao_gym.envs`` for the registrations alone)."""
+    found = []
+    for path in core_modules():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(CORE.parent)}:{node.lineno}: {name}"
+                      for name in names if name.startswith("sao_gym.envs.")]
+    assert not found, ("core modules import env modules (reach them through a hook, "
+                       "sao_gym.registration.env_hook):\n" + "\n".join(found))

@@ -38,6 +38,7 @@ import sys
 
 from sao_gym.cli import bench, envs, evaluate, export, runs, sandbox, serve, train
 from sao_gym.cli.extras import missing_extra
+from sao_gym.registration import env_hook, env_ids_with
 
 __all__ = ["build_parser", "main"]
 
@@ -50,11 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (envs, train, evaluate, runs, bench, serve, sandbox):
         command.add_parser(sub)
-    tasks = sub.add_parser("tasks", help="make task files for environments")
+    tasks = sub.add_parser("tasks", help="make task files for environments (each env "
+                           "with a task maker adds its own: a 'tasks_cli' registration hook)")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
-    from sao_gym.envs.code_repo.cli import add_parser as add_code_repo_tasks
-
-    add_code_repo_tasks(tasks_sub)
+    for env_id in env_ids_with("tasks_cli"):
+        env_hook(env_id, "tasks_cli")(tasks_sub)
     export.add_parser(sub)
     return parser
 

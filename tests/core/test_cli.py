@@ -90,3 +90,27 @@ def test_a_missing_module_of_no_extra_is_not_hidden(monkeypatch):
     monkeypatch.setattr(sao_gym.cli.runs, "cmd_plot", broken)
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         main(["plot", "somewhere"])
+
+
+def test_an_env_adds_its_task_maker_to_the_tasks_command(capsys):
+    """``sao-gym tasks`` holds what each env's 'tasks_cli' hook adds, plugins' too."""
+    import sao_gym
+    from sao_gym.registration import env_ids_with, unregister
+
+    def add_parser(tasks_sub):
+        p = tasks_sub.add_parser("make-counting", help="count to N")
+        p.add_argument("--n", type=int, required=True)
+        p.set_defaults(fn=lambda args: print(list(range(args.n))) or 0)
+
+    sao_gym.register("cli_test/Counting-v0", "sao_gym.envs.arithmetic:ArithmeticEnv",
+                     hooks={"tasks_cli": add_parser})
+    try:
+        assert "cli_test/Counting-v0" in env_ids_with("tasks_cli")
+        assert "sao_gym/CodeRepo-v0" in env_ids_with("tasks_cli")
+        assert "sao_gym/Arithmetic-v0" not in env_ids_with("tasks_cli")
+        assert main(["tasks", "make-counting", "--n", "3"]) == 0
+        assert capsys.readouterr().out == "[0, 1, 2]\n"
+    finally:
+        unregister("cli_test/Counting-v0")
+    with pytest.raises(SystemExit):
+        main(["tasks", "make-counting", "--n", "3"])
