@@ -194,6 +194,9 @@ def run_row(out: Path, horizon: str, name: str, seed: int, steps: int,
         fitted = yaml.safe_load((warm / "config.yaml").read_text())["rollout"]
         sets = [*rows_at(horizon)[name], f"rollout.max_new_tokens={fitted['max_new_tokens']}"]
         run = ls.train(out / horizon, warm, name, sets, seed, steps)
+    if not (run / "eval_after.json").exists():  # stopped (SIGTERM): resumed next time
+        ls.log(f"{name}, seed {seed}: stopped before its end, not archived")
+        return run
     if name == "SAO":
         values_file(out, horizon, seed, value_episodes)
     if archive is not None:
@@ -338,25 +341,25 @@ def plot_values(out: Path, files: dict[str, list[Path]]) -> Path | None:
     axes = fig.subplots(1, len(files), squeeze=False)[0]
     drawn = False
     for ax, (horizon, paths) in zip(axes, files.items(), strict=True):
-        for color, kind in (("C2", "solved"), ("C3", "failed")):
-            per_turn: dict[int, list[float]] = {}
-            n = 0
-            for p in paths:
-                for episode in json.loads(p.read_text())[kind]:
-                    n += 1
+        for color, p in enumerate(paths):  # one colour a seed: pooled, seeds' levels mix
+            values = json.loads(p.read_text())
+            for kind, style in (("solved", "-"), ("failed", "--")):
+                per_turn: dict[int, list[float]] = {}
+                for episode in values[kind]:
                     for t, v in enumerate(episode):
                         per_turn.setdefault(t + 1, []).append(v)
-            if not per_turn:
-                continue
-            turns = sorted(t for t in per_turn if len(per_turn[t]) >= 5)
-            ax.plot(turns, [statistics.mean(per_turn[t]) for t in turns], color=color,
-                    label=f"{kind} ({n} episodes)")
-            drawn = True
-        ax.set_title(f"{horizon} horizon ({HORIZONS[horizon]} hops): SAO critic, all seeds")
+                turns = sorted(t for t in per_turn if len(per_turn[t]) >= 5)
+                if not turns:
+                    continue
+                ax.plot(turns, [statistics.mean(per_turn[t]) for t in turns], style,
+                        color=f"C{color}",
+                        label=f"{p.parent.name} {kind} ({len(values[kind])})")
+                drawn = True
+        ax.set_title(f"{horizon} horizon ({HORIZONS[horizon]} hops): final SAO critic")
         ax.set_xlabel("turn")
         ax.set_ylabel("V at the turn's start")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", ncol=2)
     if not drawn:
         return None
     path = out / "plots" / "values_per_turn.png"

@@ -230,3 +230,23 @@ def test_an_interrupted_warm_start_is_resumed_and_a_bare_one_made_anew(study, tm
     study.ls.warm_start(out, 5)
     assert len(calls) == 1 and calls[0][:2] == ["train", str(out / "study.yaml")]
     assert not bare.exists()  # the half-made run dir was cleared first
+
+
+def test_a_run_stopped_before_its_end_is_not_archived(study, tmp_path, monkeypatch):
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    warm = out / "long" / "warm" / "seed2"
+    _warm_start(warm)
+    (warm / "config.yaml").write_text("rollout: {max_new_tokens: 24}\n")
+    run = out / "long" / "runs" / "sao" / "seed2"
+
+    def stopped(out_h, warm_dir, name, sets, seed, steps):  # SIGTERM: checkpoint, exit 0
+        run.mkdir(parents=True)
+        (run / "metrics.jsonl").write_text('{"step": 1}\n')
+        (run / "eval_before.json").write_text("{}")
+        return run
+
+    monkeypatch.setattr(study.ls, "train", stopped)
+    monkeypatch.setattr(study, "values_file", lambda *a: pytest.fail("no critic values yet"))
+    assert study.run_row(tmp_path / "out", "long", "SAO", 2, 100, archive) == run
+    assert not (archive / "long" / "runs").exists()
+    assert (archive / "long" / "warm" / "seed2" / "model" / "warm_start").exists()  # kept
