@@ -256,7 +256,7 @@ def prepare(config: TrainConfig, run_dir: Path, *, say: Any = logger.info
     save_config(config, run_dir / "config.yaml")
     if demos is not None:
         rewarded = [d for d in holdout if d.reward > 0]
-        _keep_demonstrations(run_dir, policy, train_demos, rewarded)
+        _keep_demonstrations(run_dir, train_demos, rewarded)
         policy = warm_start(config, policy, run_dir, train_demos, rewarded, say=say)
     return config, policy
 
@@ -282,14 +282,14 @@ WARM_SAVE_EVERY_S = 600.0
 """How often a warm start saves its state (a crash loses at most this much of it)."""
 
 
-def _keep_demonstrations(run_dir: Path, base: str, demos: list[Any], holdout: list[Any]) -> None:
+def _keep_demonstrations(run_dir: Path, demos: list[Any], holdout: list[Any]) -> None:
     """The warm start's inputs, so that an interrupted one continues on the same data."""
     import pickle
 
     state = run_dir / "model" / WARM_STATE
     state.mkdir(parents=True, exist_ok=True)
     tmp = state / (DEMONSTRATIONS + ".tmp")
-    tmp.write_bytes(pickle.dumps({"base": base, "demos": demos, "holdout": holdout}))
+    tmp.write_bytes(pickle.dumps({"demos": demos, "holdout": holdout}))
     tmp.replace(state / DEMONSTRATIONS)
 
 
@@ -311,8 +311,8 @@ def _resumed_start(config: TrainConfig, run_dir: Path, say: Any) -> tuple[TrainC
     if kept.exists():
         inputs = pickle.loads(kept.read_bytes())
         say("the warm start was interrupted: continuing it")
-        return config, warm_start(config, inputs["base"], run_dir, inputs["demos"],
-                                  inputs["holdout"], say=say)
+        return config, warm_start(config, base_policy(config, run_dir), run_dir,
+                                  inputs["demos"], inputs["holdout"], say=say)
     ws = config.warm_start
     if (ws is not None and ws.steps and not CheckpointManager(run_dir).complete()
             and Demonstrations.of(config) is not None):
