@@ -62,8 +62,9 @@ learner step that ends past the budget.
   ``PYTHONPATH`` (``sao-gym train``, ``sao-gym check``) finds it.
 
 Every finished part (warm start, each sweep run, each final run) leaves its
-``result.json`` and is not redone when the command runs again; an unfinished run is
-started over. Logs of the training processes: ``OUT/logs/``.
+``result.json`` and is not redone when the command runs again; an interrupted warm
+start goes on from its last saved state (``OUT/warm/state``, saved every 10 minutes);
+an unfinished training run is started over. Logs of the training processes: ``OUT/logs/``.
 
 Run (on a quiet machine: the warm start takes at most ``--warm-max-steps`` (4,000)
 supervised steps of 0.5-0.8 s each, then come 6 x 3 minutes of sweep and 2 x 10
@@ -268,7 +269,7 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
                 warmup_steps=min(WARM["warmup_steps"], max_steps // 2),
                 seed=seed, log_every=0, callback=progress, holdout=holdout,
                 target_success=WARM["target_success"], target_metric="greedy",
-                check_every=WARM["check_every"])
+                check_every=WARM["check_every"], state_dir=part / "state")
     if (last.get("holdout_greedy") or 0.0) < WARM["target_success"]:
         say(f"warm start: the target was not reached in {max_steps} steps (held-out greedy "
             f"{last.get('holdout_greedy')}); going on from there (--warm-max-steps raises it)")
@@ -276,6 +277,7 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
               "sft_seconds": round(time.monotonic() - start, 1), **last,
               "eval": evaluate_greedy(model)}
     write_json(part / "result.json", result)
+    shutil.rmtree(part / "state", ignore_errors=True)
     return _with_trained_eval(part, result)
 
 
