@@ -74,3 +74,17 @@ def run_logged(cmd: list[str], log: Path, env: dict[str, str], what: str) -> Non
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
         raise SystemExit(f"{what} failed (exit code {done.returncode}); full log: {log}\n"
                          f"--- last lines ---\n{tail}")
+
+
+def loop_seconds(records: list[dict[str, Any]]) -> float:
+    """A run's training-loop wall time from its metric records: ``time/elapsed_s``,
+    summed over resumed segments (a resume restarts that clock)."""
+    total = last = 0.0
+    for row in records:
+        if row.get("time/elapsed_s") is None:
+            continue
+        t = float(row["time/elapsed_s"])
+        if t < last:
+            total += last
+        last = t
+    return total + last

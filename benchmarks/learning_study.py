@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+from _runs import loop_seconds
 
 SAO_GYM = str(Path(sys.executable).with_name("sao-gym"))
 
@@ -224,7 +225,7 @@ def row_summary(out: Path, name: str, seeds: list[int], threshold: float) -> dic
     for r in done:
         recs = _records(r)
         if recs and "time/elapsed_s" in recs[-1]:
-            walls.append(recs[-1]["time/elapsed_s"] / 60)
+            walls.append(loop_seconds(recs) / 60)
     return {"row": name, "seeds_done": len(done), "seeds": [int(r.name[4:]) for r in done],
             "final": finals, "start": starts,
             "steps_to_threshold": reach, "wall_min": walls}

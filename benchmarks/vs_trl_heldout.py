@@ -52,24 +52,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _runs import child_env, peak_rss_mb, read_json, run_logged, say, write_json
+from _runs import child_env, loop_seconds, peak_rss_mb, read_json, run_logged, say, write_json
 
 OBS_TOKENS = 48
 """Room per turn for the env's answer in TRL's completion budget (a KeyChain answer
 is ~28 tokens of the study's tokenizer)."""
 
 
-def loop_seconds(run: Path) -> float:
-    """A run's training-loop wall time: its ``time/elapsed_s``, summed over resumed segments."""
+def sao_wall_s(run: Path) -> float:
+    """The SAO run's training-loop seconds, summed over resumed segments."""
     from sao_gym.logging import read_metrics
 
-    total = last = 0.0
-    for row in read_metrics(run):
-        t = float(row["time/elapsed_s"])
-        if t < last:  # a resume restarts the clock
-            total += last
-        last = t
-    return total + last
+    return loop_seconds(read_metrics(run))
 
 
 def episode_turns(env_id: str, env_kwargs: dict[str, Any]) -> int:
@@ -205,7 +199,7 @@ def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> P
     new_tokens = config["rollout"]["max_new_tokens"]
     spec = {"run_dir": str(run_dir), "model": str(warm / "model" / "warm_start"),
             "env": config["env"], "env_kwargs": config["env_kwargs"], "seed": seed,
-            "wall_s": loop_seconds(sao_run), "lr": args.lr or config["learner"]["lr"],
+            "wall_s": sao_wall_s(sao_run), "lr": args.lr or config["learner"]["lr"],
             "batch": config["rollout"]["batch_size"], "generations": args.generations,
             "max_turns": turns, "completion_tokens": turns * (new_tokens + args.obs_tokens)}
     if not (run_dir / "train.json").exists():
@@ -243,7 +237,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     return {"seed": seed, "before": read_json(warm / "eval_before.json"),
             "sao": read_json(sao_run / "eval_after.json"),
             "trl": read_json(trl_dir / "eval_after.json"),
-            "sao_wall_s": round(loop_seconds(sao_run), 1),
+            "sao_wall_s": round(sao_wall_s(sao_run), 1),
             "sao_trajectories": config["total_steps"] * config["rollout"]["batch_size"],
             "trl_train": read_json(trl_dir / "train.json")}
 

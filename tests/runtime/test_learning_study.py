@@ -71,3 +71,16 @@ def test_finished_runs_are_kept_and_the_recipe_is_pinned(study, tmp_path, monkey
     (tmp_path / "study.yaml").write_text("algorithm: grpo\n")
     with pytest.raises(SystemExit, match="differs from this script's STUDY"):
         study.main(["--out", str(tmp_path), "--report"])
+
+
+def test_wall_time_sums_the_segments_of_a_resumed_run(study, tmp_path):
+    # 3 steps (180 s), killed; resumed from step 2, whose clock starts again: 2 more
+    # steps of 50 s each. The loop ran 180 + 100 s, not the last segment's 100.
+    run = tmp_path / "runs" / "sao" / "seed0"
+    _fake_run(run, [0.0, 0.5, 1.0], start=0.0, final=1.0)
+    with (run / "metrics.jsonl").open("a") as f:
+        for step, t in ((3, 50.0), (4, 100.0)):
+            f.write(json.dumps({"step": step, "rollout/success_rate": 1.0,
+                                "time/elapsed_s": t}) + "\n")
+    summary = study.row_summary(tmp_path, "SAO", [0], 0.5)
+    assert summary["wall_min"] == [pytest.approx(280.0 / 60)]
