@@ -82,6 +82,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     episodes = args.episodes if args.episodes is not None else config.eval.episodes or 64
+    from sao_gym.runtime.source import RolloutsFailing
+
     try:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
             if run_dir is None:  # `tiny` is built here, `smollm2` converted once and cached
@@ -95,6 +97,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RolloutsFailing as e:  # every episode failed: nothing to report
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if keep is not None:
         print(f"episodes kept: split {keep} of {run_dir} (sao-gym view {run_dir})",
               file=sys.stderr)

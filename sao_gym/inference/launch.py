@@ -49,6 +49,9 @@ def has_vllm(python: str) -> bool:
         return False
 
 
+MIN_BATCHED_TOKENS = 2048
+"""The vLLM server's token budget per engine step at least (vLLM's CPU default)."""
+
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The ``--max-lora-rank`` values vLLM takes."""
 
@@ -62,7 +65,12 @@ def vllm_command(python: str, model: str, port: int, *, served_model_name: str =
     sampler's); ``--generation-config vllm``: no sampling defaults from the
     checkpoint; ``--enforce-eager``: no graph capture (fast start, CPU builds);
     ``--enable-prefix-caching``: an episode's next turn reuses the KV of the
-    conversation so far (vLLM's default, made explicit).
+    conversation so far (vLLM's default, made explicit);
+    ``--no-enable-chunked-prefill`` (with a token budget of at least
+    ``max_model_len``, so every prompt fits one step): vLLM's CPU build kills
+    its engine when a request with a ``seed`` (every agent turn has one) is
+    prefilled in chunks (it rewinds the request's generator by an offset that
+    CPU generators do not have), which many concurrent long prompts cause.
     ``max_lora_rank``: serve LoRA adapters up to that rank (one at a time;
     vLLM's next allowed rank). The environment must also set
     ``VLLM_SERVER_DEV_MODE=1`` (the weight-update routes) and, for adapters,
@@ -72,7 +80,8 @@ def vllm_command(python: str, model: str, port: int, *, served_model_name: str =
            "--host", host, "--port", str(port), "--dtype", dtype, "--enforce-eager",
            "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
            "--max-model-len", str(max_model_len), "--served-model-name", served_model_name,
-           "--enable-prefix-caching"]
+           "--enable-prefix-caching", "--no-enable-chunked-prefill",
+           "--max-num-batched-tokens", str(max(max_model_len, MIN_BATCHED_TOKENS))]
     if max_lora_rank is not None:
         allowed = [r for r in LORA_RANKS if r >= max_lora_rank]
         if not allowed:

@@ -115,6 +115,13 @@ def check_server_info(url: str, model: str, models: Mapping[str, Any],
             f"{url} reports logprobs_mode={mode!r}: start it with --logprobs-mode "
             "processed_logprobs (the default returns logprobs before temperature, which are "
             "not the sampler's: every importance ratio would be off)")
+    device = (config.get("device_config") or {}).get("device")
+    if device == "cpu" and (config.get("scheduler_config") or {}).get("enable_chunked_prefill"):
+        raise ServerConfigError(
+            f"{url} is vLLM on the CPU with chunked prefill on: start it with "
+            "--no-enable-chunked-prefill and --max-num-batched-tokens >= --max-model-len "
+            "(its CPU build stops its engine when a request with a seed, as every agent turn "
+            "sends, is prefilled in chunks)")
     return {"max_model_len": int(served[model].get("max_model_len") or 1 << 30)}
 
 

@@ -391,7 +391,9 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
     budgets, inference backend and ``eval.temperature`` (default the
     rollout's). Each episode's sampling is seeded by its env seed, so the
     numbers repeat for the same seeds. An episode whose environment or agent
-    fails counts as an infra failure (reported, never averaged in).
+    fails counts as an infra failure (reported, never averaged in); when all
+    of them do, :class:`~sao_gym.runtime.source.RolloutsFailing` is raised
+    (there is nothing to report).
     ``on_done(rollout)`` is called as each episode ends (progress).
     ``keep``: with ``run_dir``, every episode is kept in that split of the run's
     rollouts (replacing an earlier one of that name; ``step``: the learner
@@ -419,6 +421,13 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
     if keep is not None and run_dir is not None:
         keep_episodes(config, run_dir, keep, rollouts, policy_path=policy_path, step=step)
     summary = EpisodeSummary.of(rollouts).__dict__
+    if rollouts and summary["infra_failures"] == len(rollouts):
+        from sao_gym.runtime.source import RolloutsFailing
+
+        raise RolloutsFailing(
+            f"evaluating {policy_path}: all {len(rollouts)} episodes failed "
+            f"({summary['failure_reasons']}); the log above says why (e.g. no inference "
+            "server left)")
     return {**summary, "model": str(policy_path), "env": config.env,
             "env_kwargs": dict(config.env_kwargs), "seed": seed,
             "temperature": temperature, "max_episode_steps": turn_limit(config),

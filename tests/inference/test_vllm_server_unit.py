@@ -81,6 +81,28 @@ def test_check_server_info_wrong_logprobs_mode_names_the_flag(config):
         check_server_info("http://h:1", "policy", MODELS, config)
 
 
+def test_check_server_info_refuses_chunked_prefill_on_the_cpu_only():
+    def info(device, chunked):
+        return {"vllm_config": {"model_config": {"logprobs_mode": "processed_logprobs"},
+                                "device_config": {"device": device},
+                                "scheduler_config": {"enable_chunked_prefill": chunked}}}
+
+    with pytest.raises(ServerConfigError, match="--no-enable-chunked-prefill") as err:
+        check_server_info("http://h:1", "policy", MODELS, info("cpu", True))
+    assert "http://h:1" in str(err.value)
+    for ok in (info("cpu", False), info("cuda", True)):
+        assert check_server_info("u", "policy", MODELS, ok) == {"max_model_len": MAX_LEN}
+
+
+def test_launched_vllm_prefills_whole_prompts_within_one_step():
+    from sao_gym.inference.launch import vllm_command
+
+    for max_len, budget in ((768, 2048), (16384, 16384)):
+        cmd = vllm_command("python", "m", 8000, max_model_len=max_len)
+        assert "--no-enable-chunked-prefill" in cmd
+        assert int(cmd[cmd.index("--max-num-batched-tokens") + 1]) == budget
+
+
 def test_check_server_info_good_returns_max_model_len():
     assert check_server_info("u", "policy", MODELS, GOOD_INFO) == {"max_model_len": MAX_LEN}
     # a card without max_model_len: no limit known

@@ -310,3 +310,28 @@ def test_resume_says_from_which_step_and_checkpoint(tmp_path, tiny_model_path, f
     err = capsys.readouterr().err
     assert f"resuming {run} from step 4 (checkpoint {checkpoint})" in err
     assert trainers[0].learner.steps_done == 6
+
+
+class _Unreachable(__import__("sao_gym").AgentEnv):
+    """Every reset fails, as an environment whose backing service is down."""
+
+    async def on_reset(self, options):
+        raise ConnectionError("the task service is down")
+
+
+def test_an_evaluation_where_every_episode_failed_stops_the_job(tmp_path, tiny_model_path):
+    """No result is written for it: a success rate of 0 over no episode would be a lie."""
+    import sao_gym
+    from sao_gym.runtime.job import evaluate, train
+    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.source import RolloutsFailing
+
+    sao_gym.register("test/Unreachable-v0", _Unreachable, max_episode_steps=2)
+    config = load_config(None, ["env=test/Unreachable-v0", "env_kwargs={}", "warm_start=null",
+                                "eval.episodes=3", "total_steps=2", f"model={tiny_model_path}"])
+    with pytest.raises(RolloutsFailing, match=r"all 3 episodes failed \(\{'env_error': 3\}\)"):
+        evaluate(config, tiny_model_path)
+    with pytest.raises(RolloutsFailing, match="all 3 episodes failed"):
+        train(config, tmp_path / "run", say=lambda text: None)
+    assert not (tmp_path / "run" / "eval_before.json").exists()
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
