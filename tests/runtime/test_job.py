@@ -335,3 +335,18 @@ def test_an_evaluation_where_every_episode_failed_stops_the_job(tmp_path, tiny_m
         train(config, tmp_path / "run", say=lambda text: None)
     assert not (tmp_path / "run" / "eval_before.json").exists()
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_eval_progress_says_how_far_an_evaluation_is_at_each_eighth():
+    from types import SimpleNamespace
+
+    from sao_gym.runtime.job import eval_progress
+
+    said = []
+    on_done = eval_progress(16, said.append)
+    for i in range(16):  # solved on even episodes; the 4th is an infra failure
+        on_done(SimpleNamespace(reward=float(i % 2 == 0), infra_failure=i == 3))
+    assert len(said) == 7  # at 2, 4, ..., 14 of 16: the end is the caller's to say
+    assert said[0].startswith("  evaluated 2/16 episodes: success 0.500 (")
+    assert said[1].startswith("  evaluated 4/16 episodes: success 0.667, 1 infra failures (")
+    assert said[-1].startswith("  evaluated 14/16 episodes: success 0.538, 1 infra failures")
