@@ -150,6 +150,9 @@ def test_wilson_interval_against_hand_values_and_edges():
     lo, hi = wilson_interval(50, 100)
     assert (lo, hi) == pytest.approx((0.4038, 0.5962), abs=1e-4)
     assert wilson_interval(0, 20)[0] == 0.0 and wilson_interval(20, 20)[1] == 1.0
+    # exactly, at every n (at 128 of 128 the formula alone gives 0.9999999999999999)
+    assert all(wilson_interval(n, n)[1] == 1.0 and wilson_interval(0, n)[0] == 0.0
+               for n in range(1, 1000))
     assert wilson_interval(0, 20)[1] == pytest.approx(0.1611, abs=1e-4)
     assert wilson_interval(0, 0) == (0.0, 1.0)
     with pytest.raises(ValueError, match="successes"):
