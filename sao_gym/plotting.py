@@ -215,7 +215,10 @@ def _draw(spec: FigureSpec, runs: list[list[dict[str, Any]]], labels: list[str],
         if marks and any(s.key == SUCCESS_KEY for s in series):
             for run_marks, color in zip(marks, colors, strict=True):
                 for (label, step, rate, lo, hi), shape in zip(run_marks, "os", strict=False):
-                    ax.errorbar([step], [rate], yerr=[[rate - lo], [hi - rate]], fmt=shape,
+                    # max(0): an interval stored by an older run may end within
+                    # rounding inside its own rate (0.9999999999999999 for 1.0)
+                    err = [[max(rate - lo, 0.0)], [max(hi - rate, 0.0)]]
+                    ax.errorbar([step], [rate], yerr=err, fmt=shape,
                                 color=color, capsize=4, markersize=7,
                                 markerfacecolor="white" if shape == "o" else color,
                                 label=f"{label} (95% CI)" if len(runs) == 1 else None)

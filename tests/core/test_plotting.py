@@ -153,3 +153,14 @@ def test_eval_marks_place_before_and_after_with_intervals(tmp_path):
     assert before[3:] == pytest.approx((0.490, 0.943), abs=1e-3)  # Wilson, 8 of 10
     assert after == ("held-out after RL", 6, 0.5, 0.1, 0.9)
     assert_pngs(plot_runs(run, smooth=0.9), ALL)
+
+
+def test_an_evaluation_at_full_success_is_marked(tmp_path):
+    # as an older run stored it: the upper bound within rounding below the rate of 1.0
+    import json
+
+    run = write_run(tmp_path / "run")
+    (run / "eval_after.json").write_text(json.dumps(
+        {"success_rate": 1.0, "success_interval": [0.9708630432802273, 0.9999999999999999],
+         "episodes": 128, "infra_failures": 0}))
+    assert_pngs(plot_runs(run), ALL)
