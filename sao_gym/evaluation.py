@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,3 +170,28 @@ async def run_episodes(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def progress_lines(episodes: int, say: Callable[[str], None], every: int = 8
+                  ) -> Callable[[Any], None]:
+    """An ``on_done`` for an evaluation (``run_episodes``) that says how far it is, ``every`` times.
+
+    Each line: episodes done, their success so far (infra failures apart), the
+    time taken.
+    """
+    start = time.monotonic()
+    done = solved = failed = 0
+    marks = {max(1, round(episodes * k / every)) for k in range(1, every)}
+
+    def on_done(rollout: Any) -> None:
+        nonlocal done, solved, failed
+        done += 1
+        failed += bool(rollout.infra_failure)
+        solved += rollout.reward >= 1.0 and not rollout.infra_failure
+        if done in marks:
+            rate = f"{solved / (done - failed):.3f}" if done > failed else "-"
+            extra = f", {failed} infra failures" if failed else ""
+            say(f"  evaluated {done}/{episodes} episodes: success {rate}{extra} "
+                f"({time.monotonic() - start:.0f} s)")
+
+    return on_done

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sao_gym.evaluation import progress_lines
 from sao_gym.runtime.config import RUNTIMES, TrainConfig
 from sao_gym.runtime.loader import save_config
 
@@ -438,31 +439,6 @@ def evaluate(config: TrainConfig, policy_path: str, *, episodes: int | None = No
             "elapsed_s": round(time.monotonic() - start, 2)}
 
 
-def eval_progress(episodes: int, say: Callable[[str], None], every: int = 8
-                  ) -> Callable[[Any], None]:
-    """An ``on_done`` for :func:`evaluate` that says how far it is, ``every`` times.
-
-    Each line: episodes done, their success so far (infra failures apart), the
-    time taken.
-    """
-    start = time.monotonic()
-    done = solved = failed = 0
-    marks = {max(1, round(episodes * k / every)) for k in range(1, every)}
-
-    def on_done(rollout: Any) -> None:
-        nonlocal done, solved, failed
-        done += 1
-        failed += bool(rollout.infra_failure)
-        solved += rollout.reward >= 1.0 and not rollout.infra_failure
-        if done in marks:
-            rate = f"{solved / (done - failed):.3f}" if done > failed else "-"
-            extra = f", {failed} infra failures" if failed else ""
-            say(f"  evaluated {done}/{episodes} episodes: success {rate}{extra} "
-                f"({time.monotonic() - start:.0f} s)")
-
-    return on_done
-
-
 def keep_episodes(config: TrainConfig, run_dir: str | Path, split: str, rollouts: list[Any], *,
                   policy_path: str, step: int | None = None) -> None:
     """Keep ``rollouts`` as split ``split`` of the run's rollouts (an earlier one is replaced)."""
@@ -504,7 +480,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
     if config.eval.episodes and not (run_dir / "eval_before.json").exists():
         say(f"evaluating the starting model on {config.eval.episodes} episodes")
         before = evaluate(config, policy, run_dir=run_dir, step=0,
-                          on_done=eval_progress(config.eval.episodes, say),
+                          on_done=progress_lines(config.eval.episodes, say),
                           keep="eval_before" if config.logging.eval_rollouts else None)
         (run_dir / "eval_before.json").write_text(json.dumps(before, indent=2))
     if resume:
@@ -523,7 +499,7 @@ def train(config: TrainConfig, run_dir: str | Path, *, resume: bool = False,
         say(f"evaluating the trained model on {config.eval.episodes} episodes")
         after = evaluate(config, str(last / "policy"), run_dir=run_dir,
                          step=trainer.learner.steps_done,
-                         on_done=eval_progress(config.eval.episodes, say),
+                         on_done=progress_lines(config.eval.episodes, say),
                          keep="eval_after" if config.logging.eval_rollouts else None)
         (run_dir / "eval_after.json").write_text(json.dumps(after, indent=2))
     for name in ("eval_before", "eval_after"):

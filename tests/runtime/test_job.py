@@ -337,13 +337,13 @@ def test_an_evaluation_where_every_episode_failed_stops_the_job(tmp_path, tiny_m
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-def test_eval_progress_says_how_far_an_evaluation_is_at_each_eighth():
+def test_progress_lines_says_how_far_an_evaluation_is_at_each_eighth():
     from types import SimpleNamespace
 
-    from sao_gym.runtime.job import eval_progress
+    from sao_gym.evaluation import progress_lines
 
     said = []
-    on_done = eval_progress(16, said.append)
+    on_done = progress_lines(16, said.append)
     for i in range(16):  # solved on even episodes; the 4th is an infra failure
         on_done(SimpleNamespace(reward=float(i % 2 == 0), infra_failure=i == 3))
     assert len(said) == 7  # at 2, 4, ..., 14 of 16: the end is the caller's to say
