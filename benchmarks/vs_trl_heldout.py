@@ -277,14 +277,16 @@ def _cell(summary: dict[str, Any]) -> str:
 def report(out: Path, results: list[dict[str, Any]]) -> str:
     lines = ["## TRL GRPOTrainer vs SAO: the same warm start and wall clock\n",
              "| seed | before | SAO after | TRL after | SAO: trajectories / s of loop | "
-             "TRL: trajectories / s of loop | TRL train reward first 5 -> last 5 steps |",
-             "|---|---|---|---|---|---|---|"]
+             "TRL: trajectories / s of loop | TRL train reward first 5 -> last 5 steps | "
+             "TRL tool calls / episode |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in results:
         t = r["trl_train"]
         lines.append(f"| {r['seed']} | {_cell(r['before'])} | {_cell(r['sao'])} | "
                      f"{_cell(r['trl'])} | {r['sao_trajectories']} / {r['sao_wall_s']:.0f} | "
                      f"{t['trajectories']} / {t['wall_s']:.0f} | "
-                     f"{t['reward_first5']:.3f} -> {t['reward_last5']:.3f} |")
+                     f"{t['reward_first5']:.3f} -> {t['reward_last5']:.3f} | "
+                     f"{t['tool_calls_per_episode']:.2f} |")
     gains = [(_rate(r["sao"]) - _rate(r["before"]), _rate(r["trl"]) - _rate(r["before"]))
              for r in results]
     if gains:

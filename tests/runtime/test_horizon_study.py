@@ -250,3 +250,28 @@ def test_a_run_stopped_before_its_end_is_not_archived(study, tmp_path, monkeypat
     assert study.run_row(tmp_path / "out", "long", "SAO", 2, 100, archive) == run
     assert not (archive / "long" / "runs").exists()
     assert (archive / "long" / "warm" / "seed2" / "model" / "warm_start").exists()  # kept
+
+
+def test_trl_report_cells_and_gains(tmp_path):
+    bench = import_benchmark("vs_trl_heldout")
+
+    def summary(successes, episodes=100):
+        return {"success_rate": successes / episodes, "episodes": episodes,
+                "successes": successes}
+
+    train = {"trajectories": 480, "wall_s": 600.4, "reward_first5": 0.25,
+             "reward_last5": 0.5, "tool_calls_per_episode": 9.125}
+    results = [{"seed": s, "before": summary(50), "sao": summary(50 + 10 * (s + 1)),
+                "trl": summary(50 - 10 * s), "sao_wall_s": 600.0, "sao_trajectories": 3200,
+                "trl_train": train} for s in (0, 1)]
+    text = bench.report(tmp_path, results)
+    rows = [line for line in text.splitlines() if line.startswith("| 0 |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    # before / SAO / TRL with their Wilson intervals: 60 of 100 -> [0.502, 0.691]
+    assert cells[2] == "0.600 [0.502, 0.691]" and cells[3].startswith("0.500 [")
+    assert cells[4] == "3200 / 600" and cells[5] == "480 / 600"
+    assert cells[6] == "0.250 -> 0.500" and cells[7] == "9.12"
+    # mean gains: SAO (+0.1, +0.2) -> +0.150, TRL (0, -0.1) -> -0.050
+    assert "SAO +0.150, TRL -0.050" in text
+    assert bench.read_json(tmp_path / "results.json") == results
