@@ -124,6 +124,21 @@ ENTROPY_CHUNK = 512
 """Positions whose entropy is computed together (bounds its temporaries)."""
 
 
+def per_rollout_rows(tensors_BT: Sequence[torch.Tensor], mbs: Sequence[MicroBatch],
+                     rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
+    """Un-pad micro-batch rows: ``out[i]`` is rollout ``i``'s row, ``[len(token_ids)]``."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
+    for x_BT, mb in zip(tensors_BT, mbs, strict=True):
+        for row, i in enumerate(mb.indices):
+            out[i] = x_BT[row, :len(rollouts[i].token_ids)]
+    return out
+
+
+def pad_rows(rows: Sequence[torch.Tensor], T: int) -> torch.Tensor:
+    """Right-pad 1-d rows with 0 into ``[len(rows), T]``."""
+    return torch.stack([F.pad(r, (0, T - r.numel())) for r in rows])
+
+
 def _tempered(logits_NV: torch.Tensor, temperature: float) -> torch.Tensor:
     # As sao_gym.inference.sampling.sample_next: log_softmax(logits / T).
     logits_NV = logits_NV.float()

@@ -45,15 +45,12 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from sao_gym.learner import advantages as adv_lib
 from sao_gym.learner import losses
 from sao_gym.learner import state as learner_state
 from sao_gym.learner.algorithms import ALGORITHMS as ALGORITHM_RECORDS
@@ -63,6 +60,8 @@ from sao_gym.learner.batching import (
     first_scored_position,
     masked_mean,
     micro_batches,
+    pad_rows,
+    per_rollout_rows,
     split_minibatches,
     token_entropy,
     token_logprobs,
@@ -71,13 +70,13 @@ from sao_gym.learner.config import LearnerConfig
 from sao_gym.learner.critic import ValueModel, values_before
 from sao_gym.learner.engine import (
     ENGINES,
-    SINGLE,
     Engine,
     RankGroup,
     rank_device,
 )
 from sao_gym.learner.estimators import AdvantageBatch, group_key, skip_observation_targets
 from sao_gym.learner.schedule import lr_scale, warmup_scale
+from sao_gym.learner.step_metrics import StepMetrics, explained_variance_of
 from sao_gym.learner.trace import check_trace, token_trace
 from sao_gym.types import Rollout
 
@@ -87,50 +86,9 @@ ALGORITHMS = tuple(ALGORITHM_RECORDS)
 """Built-in algorithm names; each is an :class:`~sao_gym.learner.algorithms.Algorithm`."""
 
 
-@dataclass
-class _Metrics:
-    """Token-weighted means (maxima for ``*_max`` keys) of per-micro-batch statistics."""
-
-    sums: dict[str, float] = field(default_factory=dict)
-    weights: dict[str, float] = field(default_factory=dict)
-    maxima: dict[str, float] = field(default_factory=dict)
-
-    def add(self, stats: dict[str, Any], weight: float, prefix: str = "") -> None:
-        for k, v in stats.items():
-            key = prefix + k
-            if k.endswith("_max"):
-                self.maxima[key] = max(self.maxima.get(key, -math.inf), float(v))
-                continue
-            self.sums[key] = self.sums.get(key, 0.0) + float(v) * weight
-            self.weights[key] = self.weights.get(key, 0.0) + weight
-
-    def means(self, group: RankGroup = SINGLE) -> dict[str, float]:
-        """The means (and maxima) over every rank of ``group``."""
-        keys, top = sorted(self.sums), sorted(self.maxima)
-        sums = group.sum([self.sums[k] for k in keys] + [self.weights[k] for k in keys])
-        n = len(keys)
-        out = {k: sums[i] / max(sums[n + i], 1e-12) for i, k in enumerate(keys)}
-        return {**out, **dict(zip(top, group.max([self.maxima[k] for k in top]), strict=True))}
-
-
 def _describe_group(key: tuple[str, Any]) -> str:
     kind, value = key
     return f"group_id {value}" if kind == "group" else f"task_id {value!r}"
-
-
-def _per_rollout(tensors_BT: Sequence[torch.Tensor], mbs: Sequence[MicroBatch],
-                 rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
-    """Un-pad micro-batch rows: ``out[i]`` is rollout ``i``'s row, ``[len(token_ids)]``."""
-    out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
-    for x_BT, mb in zip(tensors_BT, mbs, strict=True):
-        for row, i in enumerate(mb.indices):
-            out[i] = x_BT[row, :len(rollouts[i].token_ids)]
-    return out
-
-
-def _pad_rows(rows: Sequence[torch.Tensor], T: int) -> torch.Tensor:
-    """Right-pad 1-d rows with 0 into ``[len(rows), T]``."""
-    return torch.stack([F.pad(r, (0, T - r.numel())) for r in rows])
 
 
 def _check_temperature(temperature: float) -> None:
@@ -292,14 +250,14 @@ class Learner:
             metrics.update(self.state.metrics())
         policy_start = time.perf_counter()
         train_policy = self.steps_done >= self._base_lrs[0][2]
-        per_rollout = _per_rollout(advantages, mbs, rollouts)
+        per_rollout = per_rollout_rows(advantages, mbs, rollouts)
         scored: dict[int, torch.Tensor] = {}
         if train_policy:
             metrics.update(self._train_policy(rollouts, per_rollout, scored if want else None))
         self.trace = {}
         if want:
             per_target = [None, None] if targets is None else [
-                _per_rollout([t[k] for t in targets], mbs, rollouts) for k in (0, 1)]
+                per_rollout_rows([t[k] for t in targets], mbs, rollouts) for k in (0, 1)]
             self.trace = token_trace(rollouts, want, per_rollout, values=per_target[1],
                                      returns=per_target[0], scored=self.group.union(scored),
                                      band=self.band)
@@ -384,7 +342,7 @@ class Learner:
         n_tok = float(sum(mb.action_mask_BT.sum() for mb in mbs))
         n_seq = float(sum(len(mb.indices) for mb in mbs))
         engine.train()
-        m = _Metrics()  # identical weights in every update: a mean of the updates' means
+        m = StepMetrics()  # identical weights in every update: a mean of the updates' means
         totals, norms = [], []
         for _ in range(max(updates, 1)):
             total = 0.0
@@ -420,7 +378,7 @@ class Learner:
                    if updates else {})
         after = group.union(after)
         targets = group.union({j: targets[j] for j, w in mine if w})
-        ev = _explained_variance([targets[j][1] for j in range(len(mbs))],
+        ev = explained_variance_of([targets[j][1] for j in range(len(mbs))],
                                  [targets[j][0] for j in range(len(mbs))], mbs)
         if math.isfinite(ev):  # undefined (omitted) when the returns have no variance
             metrics["critic/explained_variance"] = ev
@@ -477,7 +435,7 @@ class Learner:
                 reference = [dict.fromkeys(reference[0])] + [
                     {j: self.score(part[j])[0] for j, _ in mine}
                     for part, mine in zip(parts[1:], shares[1:], strict=True)]
-        m = _Metrics()
+        m = StepMetrics()
         part_losses, norms = [], []
         for part, mine, part_reference in zip(parts, shares, reference, strict=True):
             n_tok = float(sum(mb.action_mask_BT.sum() for mb in part))
@@ -485,7 +443,7 @@ class Learner:
             part_loss = 0.0
             for j, w in mine:
                 mb, ref = part[j], part_reference[j]
-                adv_BT = _pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
+                adv_BT = pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
                 logprobs, entropy_BT = self.score(mb)
                 if scored is not None:
                     for row, i in enumerate(mb.indices):
@@ -581,13 +539,6 @@ class Learner:
         :func:`sao_gym.learner.state.load_state`; every rank calls it.
         """
         learner_state.load_state(self, path)
-
-
-def _explained_variance(values, returns, mbs) -> float:
-    mask = torch.cat([mb.action_mask_BT.flatten() for mb in mbs])
-    v = torch.cat([x.flatten() for x in values])
-    r = torch.cat([x.flatten() for x in returns])
-    return float(adv_lib.explained_variance(v[None], r[None], mask[None]))
 
 
 def build_learner(algorithm: str | Algorithm, policy_path: str,

@@ -11,10 +11,13 @@ from sao_gym.learner.batching import (
     first_scored_position,
     mean_entropy,
     micro_batches,
+    pad_rows,
+    per_rollout_rows,
     plan_micro_batches,
     split_minibatches,
     token_logprobs,
 )
+from sao_gym.learner.step_metrics import StepMetrics, explained_variance_of
 from tests.learner.helpers import segments_rollout
 
 
@@ -143,3 +146,38 @@ def test_first_scored_position_is_one_before_the_earliest_action_token():
     assert first_scored_position(mb) == 2  # row 2's first action token sits at 3
     (mb,) = micro_batches([segments_rollout([([9], True)], 1.0)], 1 << 10)
     assert first_scored_position(mb) == 0
+
+
+def test_per_rollout_rows_unpad_and_pad_rows_restores_them():
+    lengths = [5, 2, 9, 3]
+    rollouts = [segments_rollout([(list(range(1, n)), False), ([n], True)], reward=0.0)
+                for n in lengths]
+    mbs = micro_batches(rollouts, max_tokens=12)
+    assert len(mbs) > 1  # rows come back from several micro-batches
+    # each padded row holds 10 * (rollout index) + position
+    tensors = [torch.stack([torch.arange(mb.input_ids_BT.shape[1]) + 10.0 * i
+                            for i in mb.indices]) for mb in mbs]
+    rows = per_rollout_rows(tensors, mbs, rollouts)
+    for i, n in enumerate(lengths):
+        assert rows[i].tolist() == [10.0 * i + t for t in range(n)]
+    padded = pad_rows([rows[1], rows[3]], 4)
+    assert padded.tolist() == [[10, 11, 0, 0], [30, 31, 32, 0]]
+
+
+def test_step_metrics_weight_by_tokens_and_keep_maxima():
+    m = StepMetrics()
+    m.add({"loss": 1.0, "ratio_max": 1.5}, weight=3, prefix="p/")
+    m.add({"loss": 3.0, "ratio_max": 1.2}, weight=1, prefix="p/")
+    assert m.means() == pytest.approx({"p/loss": (3 * 1.0 + 1 * 3.0) / 4, "p/ratio_max": 1.5})
+
+
+def test_explained_variance_counts_action_positions_only():
+    r = segments_rollout([([1, 2], False), ([3, 4, 5], True)], reward=0.0)
+    mbs = micro_batches([r], max_tokens=64)
+    returns = [torch.tensor([[9.0, -9.0, 1.0, 2.0, 3.0]])]
+    # exact on the action positions, far off on the observation ones: 1
+    values = [torch.tensor([[-50.0, 70.0, 1.0, 2.0, 3.0]])]
+    assert explained_variance_of(values, returns, mbs) == pytest.approx(1.0)
+    # predicting the mean of the action returns (2.0): explained variance 0
+    values = [torch.tensor([[0.0, 0.0, 2.0, 2.0, 2.0]])]
+    assert explained_variance_of(values, returns, mbs) == pytest.approx(0.0, abs=1e-6)
