@@ -33,7 +33,9 @@ which the adapter answers with an error; the reward is unchanged.
 
 Report (``OUT/table.md``, ``OUT/results.json``): per seed, held-out success
 before (the warm start's evaluation), after SAO and after TRL, each with its
-95% interval; the trajectories each side trained on in that wall time.
+95% interval; the trajectories each side trained on in that wall time; and
+how each trained policy's held-out episodes ended (:func:`episode_kinds`, from
+``sao-gym eval --trajectories`` with the same settings and seeds).
 ``--smoke``: every part on numbers too small to mean anything.
 """
 
@@ -81,6 +83,59 @@ def episode_turns(env_id: str, env_kwargs: dict[str, Any]) -> int:
         return min(known)
     finally:
         env.close()
+
+
+def eval_command(policy: Path, config: dict[str, Any], out: Path) -> list[str]:
+    """``sao-gym eval`` of ``policy`` with the SAO run's held-out seeds and budgets."""
+    from learning_study import SAO_GYM
+
+    return [SAO_GYM, "eval", "--model", str(policy), "--env", config["env"],
+            "--env-kwargs", json.dumps(config["env_kwargs"]),
+            "--episodes", str(config["eval"]["episodes"]),
+            "--max-new-tokens", str(config["rollout"]["max_new_tokens"]),
+            "--temperature", str(config["eval"].get("temperature")
+                                 or config["rollout"]["temperature"]),
+            "--max-context-tokens", str(config["rollout"]["max_context_tokens"]),
+            "--set", f"rollout.tool_schemas={config['rollout'].get('tool_schemas', 'env')}",
+            "--out", str(out)]
+
+
+def episode_kinds(trajectories: Path) -> dict[str, int]:
+    """How the ATIF episodes in ``trajectories`` ended: ``solved`` (reward > 0), else
+    ``toolless_turn`` (some turn called no tool), ``out_of_turns`` (truncated), or
+    ``wrong_answer`` (the env ended it unrewarded)."""
+    kinds = dict.fromkeys(("solved", "toolless_turn", "out_of_turns", "wrong_answer"), 0)
+    for path in sorted(trajectories.glob("*.json")):
+        episode = json.loads(path.read_text())
+        extra = episode["extra"]
+        turns = [s for s in episode["steps"] if s["source"] == "agent"]
+        if extra["reward"] > 0:
+            kind = "solved"
+        elif any(not s.get("tool_calls") for s in turns):
+            kind = "toolless_turn"
+        elif extra["truncated"]:
+            kind = "out_of_turns"
+        else:
+            kind = "wrong_answer"
+        kinds[kind] += 1
+    return kinds
+
+
+def policy_episode_kinds(policy: Path, config: dict[str, Any], run_dir: Path) -> dict[str, int]:
+    """:func:`episode_kinds` of ``policy``'s held-out episodes (evaluated once, kept in
+    ``run_dir/heldout_kinds.json``)."""
+    kept = run_dir / "heldout_kinds.json"
+    if kept.exists():
+        return read_json(kept)
+    out = run_dir / "heldout_trajectories"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = eval_command(policy, config, run_dir / "heldout_kinds_eval.json")
+    with (run_dir / "eval.log").open("a") as f:
+        subprocess.run([*cmd, "--trajectories", str(out)], stdout=f, stderr=subprocess.STDOUT,
+                       check=True, env=child_env(1))
+    kinds = episode_kinds(out)
+    write_json(kept, kinds)
+    return kinds
 
 
 # ---------- one TRL run (a worker process: this file with --trl-worker SPEC) ----------
@@ -187,7 +242,7 @@ def study_recipe(hops: int, smoke: bool) -> dict[str, Any]:
 
 def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> Path:
     """TRL from ``warm`` for ``sao_run``'s loop time; evaluated as ``sao_run`` was."""
-    from learning_study import SAO_GYM, log
+    from learning_study import log
 
     config = yaml.safe_load((sao_run / "config.yaml").read_text())
     run_dir = args.out / "runs" / "trl" / f"seed{seed}"
@@ -210,14 +265,7 @@ def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> P
                    f"the TRL run of seed {seed}")
     log(f"TRL, seed {seed}: evaluating")
     shutil.copy(warm / "eval_before.json", run_dir / "eval_before.json")
-    cmd = [SAO_GYM, "eval", "--model", str(run_dir / "policy"), "--env", config["env"],
-           "--env-kwargs", json.dumps(config["env_kwargs"]),
-           "--episodes", str(config["eval"]["episodes"]), "--max-new-tokens", str(new_tokens),
-           "--temperature", str(config["eval"].get("temperature")
-                                or config["rollout"]["temperature"]),
-           "--max-context-tokens", str(config["rollout"]["max_context_tokens"]),
-           "--set", f"rollout.tool_schemas={config['rollout'].get('tool_schemas', 'env')}",
-           "--out", str(result)]
+    cmd = eval_command(run_dir / "policy", config, result)
     with (run_dir / "eval.log").open("a") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, env=child_env(1))
     log(f"done TRL, seed {seed}")
@@ -234,7 +282,10 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                        args.steps)
     trl_dir = trl_run(args, seed, sao_run, warm)
     config = yaml.safe_load((sao_run / "config.yaml").read_text())
-    return {"seed": seed, "before": read_json(warm / "eval_before.json"),
+    sao_policy = sorted((sao_run / "checkpoints").glob("step_*"))[-1] / "policy"
+    kinds = {"sao": policy_episode_kinds(sao_policy, config, sao_run),
+             "trl": policy_episode_kinds(trl_dir / "policy", config, trl_dir)}
+    return {"seed": seed, "before": read_json(warm / "eval_before.json"), "kinds": kinds,
             "sao": read_json(sao_run / "eval_after.json"),
             "trl": read_json(trl_dir / "eval_after.json"),
             "sao_wall_s": round(sao_wall_s(sao_run), 1),
@@ -287,6 +338,15 @@ def report(out: Path, results: list[dict[str, Any]]) -> str:
                      f"{t['trajectories']} / {t['wall_s']:.0f} | "
                      f"{t['reward_first5']:.3f} -> {t['reward_last5']:.3f} | "
                      f"{t['tool_calls_per_episode']:.2f} |")
+    kinds = [(r["seed"], side, r["kinds"][side]) for r in results if "kinds" in r
+             for side in ("sao", "trl")]
+    if kinds:
+        names = list(kinds[0][2])
+        lines += ["", "How the held-out episodes ended (`episode_kinds`):", "",
+                  "| seed | side | " + " | ".join(names) + " |",
+                  "|---|---|" + "---|" * len(names)]
+        lines += [f"| {seed} | {side.upper()} | " + " | ".join(str(k[n]) for n in names) + " |"
+                  for seed, side, k in kinds]
     gains = [(_rate(r["sao"]) - _rate(r["before"]), _rate(r["trl"]) - _rate(r["before"]))
              for r in results]
     if gains:

@@ -264,7 +264,11 @@ def test_trl_report_cells_and_gains(tmp_path):
     results = [{"seed": s, "before": summary(50), "sao": summary(50 + 10 * (s + 1)),
                 "trl": summary(50 - 10 * s), "sao_wall_s": 600.0, "sao_trajectories": 3200,
                 "trl_train": train} for s in (0, 1)]
+    results[1]["kinds"] = {side: {"solved": n, "toolless_turn": 2, "out_of_turns": 1,
+                                  "wrong_answer": 97 - n} for side, n in (("sao", 70), ("trl", 40))}
     text = bench.report(tmp_path, results)
+    assert "| 1 | SAO | 70 | 2 | 1 | 27 |" in text and "| 1 | TRL | 40 | 2 | 1 | 57 |" in text
+    assert "| 0 | SAO |" not in text  # a seed kept from before the breakdown has none
     rows = [line for line in text.splitlines() if line.startswith("| 0 |")]
     assert len(rows) == 1
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -275,3 +279,23 @@ def test_trl_report_cells_and_gains(tmp_path):
     # mean gains: SAO (+0.1, +0.2) -> +0.150, TRL (0, -0.1) -> -0.050
     assert "SAO +0.150, TRL -0.050" in text
     assert bench.read_json(tmp_path / "results.json") == results
+
+
+def test_trl_episode_kinds_from_atif_files(tmp_path):
+    bench = import_benchmark("vs_trl_heldout")
+
+    def write(i, reward, truncated, calls_per_turn):
+        steps = [{"source": "system", "message": "s"}, {"source": "user", "message": "u"}]
+        for n in calls_per_turn:
+            steps.append({"source": "agent", "message": "x",
+                          "tool_calls": [{"function_name": "lookup"}] * n or None})
+        (tmp_path / f"eval-{i}.json").write_text(json.dumps(
+            {"steps": steps, "extra": {"reward": reward, "truncated": truncated}}))
+
+    write(0, 1.0, False, [1, 1, 0])       # solved, even with a tool-less turn
+    write(1, 0.0, False, [1, 0, 1])       # a turn without a call
+    write(2, 0.0, True, [1, 1, 1])        # ran out of turns
+    write(3, 0.0, False, [1, 1])          # the env ended it unrewarded
+    write(4, 0.0, False, [1, 2])
+    assert bench.episode_kinds(tmp_path) == {"solved": 1, "toolless_turn": 1,
+                                             "out_of_turns": 1, "wrong_answer": 2}
