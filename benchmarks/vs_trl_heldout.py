@@ -122,17 +122,24 @@ def episode_kinds(trajectories: Path) -> dict[str, int]:
 
 
 def policy_episode_kinds(policy: Path, config: dict[str, Any], run_dir: Path) -> dict[str, int]:
-    """:func:`episode_kinds` of ``policy``'s held-out episodes (evaluated once, kept in
-    ``run_dir/heldout_kinds.json``)."""
+    """:func:`episode_kinds` of ``policy``'s held-out episodes, kept in
+    ``run_dir/heldout_kinds.json``: from the trajectories the run's own evaluation wrote
+    to ``run_dir/heldout_trajectories`` when it has all of them, else from one more
+    evaluation with the same settings."""
     kept = run_dir / "heldout_kinds.json"
     if kept.exists():
         return read_json(kept)
     out = run_dir / "heldout_trajectories"
-    shutil.rmtree(out, ignore_errors=True)
-    cmd = eval_command(policy, config, run_dir / "heldout_kinds_eval.json")
-    with (run_dir / "eval.log").open("a") as f:
-        subprocess.run([*cmd, "--trajectories", str(out)], stdout=f, stderr=subprocess.STDOUT,
-                       check=True, env=child_env(1))
+    if len(list(out.glob("*.json"))) != config["eval"]["episodes"]:
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = eval_command(policy, config, run_dir / "heldout_kinds_eval.json")
+        with (run_dir / "eval.log").open("a") as f:
+            subprocess.run([*cmd, "--trajectories", str(out)], stdout=f,
+                           stderr=subprocess.STDOUT, check=True, env=child_env(1))
+    found = len(list(out.glob("*.json")))
+    if found != config["eval"]["episodes"]:
+        raise RuntimeError(f"{out} holds {found} episodes, not the {config['eval']['episodes']} "
+                           f"evaluated: see {run_dir / 'eval.log'}")
     kinds = episode_kinds(out)
     write_json(kept, kinds)
     return kinds
@@ -265,7 +272,9 @@ def trl_run(args: argparse.Namespace, seed: int, sao_run: Path, warm: Path) -> P
                    f"the TRL run of seed {seed}")
     log(f"TRL, seed {seed}: evaluating")
     shutil.copy(warm / "eval_before.json", run_dir / "eval_before.json")
-    cmd = eval_command(run_dir / "policy", config, result)
+    trajectories = run_dir / "heldout_trajectories"  # read by policy_episode_kinds
+    shutil.rmtree(trajectories, ignore_errors=True)
+    cmd = [*eval_command(run_dir / "policy", config, result), "--trajectories", str(trajectories)]
     with (run_dir / "eval.log").open("a") as f:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, env=child_env(1))
     log(f"done TRL, seed {seed}")

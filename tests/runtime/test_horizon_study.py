@@ -299,3 +299,27 @@ def test_trl_episode_kinds_from_atif_files(tmp_path):
     write(4, 0.0, False, [1, 2])
     assert bench.episode_kinds(tmp_path) == {"solved": 1, "toolless_turn": 1,
                                              "out_of_turns": 1, "wrong_answer": 2}
+
+
+def test_policy_episode_kinds_reuses_a_complete_evaluation(tmp_path, monkeypatch):
+    """The trajectories the run's own evaluation wrote are read, not evaluated again;
+    an incomplete set is evaluated anew."""
+    bench = import_benchmark("vs_trl_heldout")
+    out = tmp_path / "heldout_trajectories"
+    out.mkdir()
+    for i, reward in enumerate([1.0, 0.0, 1.0]):
+        steps = [{"source": "agent", "message": "x", "tool_calls": [{"function_name": "f"}]}]
+        (out / f"eval-{i}.json").write_text(json.dumps(
+            {"steps": steps, "extra": {"reward": reward, "truncated": reward == 0}}))
+    calls = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(bench, "eval_command", lambda *a: ["sao-gym", "eval"])
+    config = {"eval": {"episodes": 3}}
+    kinds = bench.policy_episode_kinds(tmp_path / "policy", config, tmp_path)
+    assert kinds == {"solved": 2, "toolless_turn": 0, "out_of_turns": 1, "wrong_answer": 0}
+    assert calls == [] and bench.read_json(tmp_path / "heldout_kinds.json") == kinds
+
+    (tmp_path / "heldout_kinds.json").unlink()
+    with pytest.raises(RuntimeError, match="holds 0 episodes, not the 4"):  # evaluated anew
+        bench.policy_episode_kinds(tmp_path / "policy", {"eval": {"episodes": 4}}, tmp_path)
+    assert len(calls) == 1 and calls[0][0][-2:] == ["--trajectories", str(out)]
