@@ -34,8 +34,8 @@ which the adapter answers with an error; the reward is unchanged.
 Report (``OUT/table.md``, ``OUT/results.json``): per seed, held-out success
 before (the warm start's evaluation), after SAO and after TRL, each with its
 95% interval; the trajectories each side trained on in that wall time; and
-how each trained policy's held-out episodes ended (:func:`episode_kinds`, from
-``sao-gym eval --trajectories`` with the same settings and seeds).
+how each trained policy's held-out episodes ended (:func:`episode_kinds`, read
+from the very episodes of its evaluation).
 ``--smoke``: every part on numbers too small to mean anything.
 """
 
@@ -119,6 +119,20 @@ def episode_kinds(trajectories: Path) -> dict[str, int]:
             kind = "wrong_answer"
         kinds[kind] += 1
     return kinds
+
+
+def kept_eval_trajectories(run: Path) -> None:
+    """The SAO run's own final evaluation (its kept ``eval_after`` rollouts) as ATIF
+    in ``run/heldout_trajectories``, where :func:`policy_episode_kinds` reads it; nothing
+    when the run kept none."""
+    from sao_gym.adapters.atif import trajectory, write_trajectories
+    from sao_gym.rollout_store import RolloutReader
+
+    reader = RolloutReader(run)
+    if "eval_after" in reader.splits():
+        shutil.rmtree(run / "heldout_trajectories", ignore_errors=True)
+        write_trajectories(map(trajectory, reader.records("eval_after")),
+                           run / "heldout_trajectories")
 
 
 def policy_episode_kinds(policy: Path, config: dict[str, Any], run_dir: Path) -> dict[str, int]:
@@ -292,6 +306,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     trl_dir = trl_run(args, seed, sao_run, warm)
     config = yaml.safe_load((sao_run / "config.yaml").read_text())
     sao_policy = sorted((sao_run / "checkpoints").glob("step_*"))[-1] / "policy"
+    kept_eval_trajectories(sao_run)
     kinds = {"sao": policy_episode_kinds(sao_policy, config, sao_run),
              "trl": policy_episode_kinds(trl_dir / "policy", config, trl_dir)}
     return {"seed": seed, "before": read_json(warm / "eval_before.json"), "kinds": kinds,

@@ -323,3 +323,37 @@ def test_policy_episode_kinds_reuses_a_complete_evaluation(tmp_path, monkeypatch
     with pytest.raises(RuntimeError, match="holds 0 episodes, not the 4"):  # evaluated anew
         bench.policy_episode_kinds(tmp_path / "policy", {"eval": {"episodes": 4}}, tmp_path)
     assert len(calls) == 1 and calls[0][0][-2:] == ["--trajectories", str(out)]
+
+
+def test_sao_side_kinds_come_from_the_runs_own_kept_evaluation(tmp_path, monkeypatch):
+    """kept_eval_trajectories writes the run's eval_after rollouts as ATIF where
+    policy_episode_kinds reads them: no evaluation is run again."""
+    from sao_gym.rollout_store import RolloutWriter, rollout_record
+    from sao_gym.types import Rollout, StopReason
+
+    bench = import_benchmark("vs_trl_heldout")
+
+    def rollout(reward, truncated, calls):
+        messages = [{"role": "user", "content": "start at 1"}]
+        for n in calls:
+            messages.append({"role": "assistant", "content": None if n else "no call",
+                             "tool_calls": [{"id": f"c{k}", "type": "function", "function": {
+                                 "name": "lookup", "arguments": '{"key": "1"}'}}
+                                 for k in range(n)] or None})
+        return Rollout(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], rollout_logprobs=[0, -1, -1],
+                       policy_versions=[-1, 0, 0], reward=reward, terminated=not truncated,
+                       truncated=truncated, stop_reason=StopReason.TRUNCATED if truncated
+                       else StopReason.TERMINATED, infra_failure=False, messages=messages,
+                       env_id="e/E-v0", task_id="t", seed=1, metrics={})
+
+    with RolloutWriter(tmp_path, "eval_after") as w:
+        for r in (rollout(1.0, False, [1, 1]), rollout(0.0, True, [1, 1, 1]),
+                  rollout(0.0, False, [1, 0]), rollout(0.0, False, [1])):
+            w.write(rollout_record(r, split="eval_after", step=9))
+    bench.kept_eval_trajectories(tmp_path)
+    monkeypatch.setattr(bench.subprocess, "run", lambda *a, **k: pytest.fail("evaluated again"))
+    kinds = bench.policy_episode_kinds(tmp_path / "policy", {"eval": {"episodes": 4}}, tmp_path)
+    assert kinds == {"solved": 1, "toolless_turn": 1, "out_of_turns": 1, "wrong_answer": 1}
+
+    bench.kept_eval_trajectories(tmp_path / "none")  # a run that kept no rollouts: nothing
+    assert not (tmp_path / "none" / "heldout_trajectories").exists()
