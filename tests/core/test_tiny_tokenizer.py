@@ -48,18 +48,6 @@ def test_other_text_still_round_trips(fitted):
     assert fitted.decode(ids(fitted, text)) == text
 
 
-def tokens_of(tok, text: str, start: int, end: int) -> list[int]:
-    """The ids of ``text`` whose characters lie in [start, end); they must cover it exactly."""
-    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-    inside = [(i, (s, e)) for i, (s, e) in zip(enc["input_ids"], enc["offset_mapping"],
-                                               strict=True) if s < end and e > start]
-    assert inside, (text, start, end)
-    assert inside[0][1][0] == start and inside[-1][1][1] == end, (
-        f"a token of {text!r} crosses the edge of {text[start:end]!r}: "
-        f"{tok.convert_ids_to_tokens([i for i, _ in inside])}")
-    return [i for i, _ in inside]
-
-
 # Not a ToolEnv (its tools come from the remote env it connects to), and seconds to import.
 DYNAMIC_TOOLS = {"sao_gym.adapters.openenv:OpenEnvAgentEnv"}
 
