@@ -46,10 +46,11 @@ import sao_gym
 from sao_gym.agents import LLMAgent
 from sao_gym.envs.arithmetic.oracle import arithmetic_oracle
 from sao_gym.evaluation import EpisodeSummary, run_episodes
-from sao_gym.inference.hf import HFBackend
-from sao_gym.learner.sao import LearnerConfig, build_learner
+from sao_gym.inference.hf.backend import HFBackend
+from sao_gym.learner.learner import LearnerConfig, build_learner
+from sao_gym.learner.sft import SFTSettings, sft
 from sao_gym.models import CHATML_TOOLS_TEMPLATE, COMPACT_TOOLS_TEMPLATE, tiny_model
-from sao_gym.runtime.warmstart import collect_demonstrations, sft
+from sao_gym.runtime.prepare.demonstrations import collect_demonstrations
 from sao_gym.types import Rollout
 
 ENV_ID = "sao_gym/Arithmetic-v0"
@@ -174,8 +175,9 @@ def run_one(args: argparse.Namespace, seed: int, work: Path) -> dict[str, Any]:
 
     t = time.perf_counter()
     sft_log: list[tuple[int, float, float]] = []
-    warm = sft(base, demos, out_dir=work / "warm", steps=args.sft_steps, lr=args.sft_lr,
-               batch_size=args.sft_batch, seed=seed, warmup_steps=args.sft_warmup,
+    settings = SFTSettings(steps=args.sft_steps, lr=args.sft_lr, batch_size=args.sft_batch,
+                           seed=seed, warmup_steps=args.sft_warmup)
+    warm = sft(base, demos, settings, out_dir=work / "warm",
                callback=lambda s: sft_log.append((s.step, round(s.loss, 4),
                                                   round(s.token_accuracy, 3))))
     times["sft"] = time.perf_counter() - t

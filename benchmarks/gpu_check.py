@@ -49,9 +49,9 @@ from typing import Any
 import torch
 import transformers
 
-from sao_gym.inference.hf import HFBackend
+from sao_gym.inference.hf.backend import HFBackend
 from sao_gym.learner.batching import micro_batches, token_logprobs
-from sao_gym.learner.sao import Learner, LearnerConfig, build_learner
+from sao_gym.learner.learner import Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy, tiny_model
 from sao_gym.types import Generation, Rollout, SamplingParams, StopReason
 

@@ -291,9 +291,9 @@ def turn_values(run: Path, episodes: int) -> dict:
     from sao_gym.evaluation import run_episodes
     from sao_gym.learner.critic import ValueModel
     from sao_gym.learner.state import read_state
-    from sao_gym.runtime.build import rollout_factory
-    from sao_gym.runtime.job import EVAL_SEED
-    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.config.build import rollout_factory
+    from sao_gym.runtime.config.loader import load_config
+    from sao_gym.runtime.plans import EVAL_SEED
 
     config = load_config(run / "config.yaml")
     last = max((run / "checkpoints").glob("step_*"), key=lambda p: int(p.name[5:]))

@@ -90,7 +90,7 @@ async def time_update(backend, weights, repeats: int) -> float:
 
 
 async def bench_hf(path: str, conc: list[int], tokens: int, repeats: int, vocab: int) -> dict:
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     backend = HFBackend(path, max_batch_size=max(conc), seed=0)
     try:
@@ -162,7 +162,7 @@ def model_info(path: str) -> dict:
 
 
 def resolve(name: str, work: Path) -> str:
-    from sao_gym.runtime.job import resolve_model
+    from sao_gym.models import resolve_model
 
     return resolve_model(name, work / name, 0)
 

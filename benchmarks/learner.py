@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from sao_gym.learner.batching import micro_batches
-from sao_gym.learner.sao import LearnerConfig, build_learner, native_bf16
+from sao_gym.learner.learner import LearnerConfig, build_learner, native_bf16
 from sao_gym.models import tiny_model
 from sao_gym.types import Rollout, StopReason
 

@@ -87,7 +87,7 @@ def run_rank(rank: int, world: int, port: int, job: dict) -> None:
     import torch.distributed as dist
 
     from sao_gym.learner.config import LearnerConfig, LoraSettings
-    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.learner import build_learner
 
     torch.set_num_threads(job["threads"])
     if world > 1:

@@ -132,7 +132,7 @@ def warm_done(out: Path, seed: int) -> bool:
 def warm_start(out: Path, seed: int) -> Path:
     """The seed's warm checkpoint and its held-out evaluation (made once; an
     interrupted one is resumed from its last saved state)."""
-    from sao_gym.runtime.job import DEMONSTRATIONS, WARM_STATE
+    from sao_gym.runtime.prepare.start import DEMONSTRATIONS, WARM_STATE
 
     run = out / "warm" / f"seed{seed}"
     if warm_done(out, seed):

@@ -35,7 +35,7 @@ BASE = [
 
 
 def run_once(config, run_dir: Path, model: str) -> float:
-    from sao_gym.runtime.job import build_trainer
+    from sao_gym.runtime.config.build import build_trainer
 
     trainer = build_trainer(config, run_dir, policy_path=model)
     trainer.run()
@@ -54,8 +54,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.loader import load_config, load_recipe
-    from sao_gym.runtime.ray.cluster import connect
+    from sao_gym.runtime.config.loader import load_config, load_recipe
+    from sao_gym.runtime.place.ray.cluster import connect
 
     root = Path(args.out or tempfile.mkdtemp(prefix="sao-ray-scaling-"))
     model = tiny_model(str(root / "model"), seed=0, **load_recipe("demo").model_options)

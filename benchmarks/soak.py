@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sao_gym.logging import read_metrics
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
-from sao_gym.runtime.job import build_trainer
-from sao_gym.runtime.loader import load_config
+from sao_gym.runtime.config.build import build_trainer
+from sao_gym.runtime.config.loader import load_config
 from sao_gym.utils.memory import rss_mb
 
 

@@ -14,8 +14,8 @@ One invocation, every part in sequence so each has the whole CPU:
    (:func:`sao_gym.models.tiny_model`, 256 wide, 4 layers, seed ``--seed``, the
    default ChatML template) is fine-tuned on oracle demonstrations
    ``<answer>{result}</answer>`` of training problems
-   (:func:`~sao_gym.runtime.warmstart.collect_demonstrations` and
-   :func:`~sao_gym.runtime.warmstart.sft`), stopping once its teacher-forced greedy
+   (:func:`~sao_gym.runtime.prepare.demonstrations.collect_demonstrations` and
+   :func:`~sao_gym.runtime.prepare.demonstrations.sft`), stopping once its teacher-forced greedy
    success on held-out demonstrations reaches 25% (AdamW, lr 1e-3, weight decay 0.1:
    measured, held-out greedy success stays at 3-7% for 600 steps while the training
    problems are memorised, then rises to ~25% by step 900-1,200; without weight decay
@@ -51,7 +51,7 @@ learner step that ends past the budget.
   trl, whose dependencies bring transformers), run by ``benchmarks/vs_trl_runner.py``
   (its settings are listed there): one step is 8 prompts x 8 completions.
 - **SAO**: ``sao-gym train``'s trainer built in-process
-  (:func:`sao_gym.runtime.build.build_trainer`) from a config file written to the
+  (:func:`sao_gym.runtime.config.build.build_trainer`) from a config file written to the
   run directory (``sao.yaml``): algorithm sao, mode async, batch 64 single rollouts,
   64 concurrent episodes, warm start none, no evaluation episodes (the greedy
   evaluation here replaces it), critic warm-up 0, ``learner.critic_layers`` from
@@ -240,8 +240,9 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
         return _with_trained_eval(part, kept)
     from transformers import AutoTokenizer
 
+    from sao_gym.learner.sft import SFTSettings, SFTStep, sft
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.warmstart import SFTStep, collect_demonstrations, sft
+    from sao_gym.runtime.prepare.demonstrations import collect_demonstrations
 
     base = tiny_model(part / "base", hidden_size=256, num_layers=4, seed=seed)
     tokenizer = AutoTokenizer.from_pretrained(base)
@@ -264,12 +265,13 @@ def warm_start(out: Path, seed: int, max_steps: int, weight_decay: float = WARM[
                 f", held-out greedy {s.holdout_greedy} ({s.elapsed_s:.0f} s)")
 
     start = time.monotonic()
-    model = sft(base, train, out_dir=part / "model", steps=max_steps, lr=WARM["lr"],
-                batch_size=WARM["batch_size"], weight_decay=weight_decay,
-                warmup_steps=min(WARM["warmup_steps"], max_steps // 2),
-                seed=seed, log_every=0, callback=progress, holdout=holdout,
-                target_success=WARM["target_success"], target_metric="greedy",
-                check_every=WARM["check_every"], state_dir=part / "state")
+    settings = SFTSettings(steps=max_steps, lr=WARM["lr"], batch_size=WARM["batch_size"],
+                           weight_decay=weight_decay,
+                           warmup_steps=min(WARM["warmup_steps"], max_steps // 2), seed=seed,
+                           log_every=0, target_success=WARM["target_success"],
+                           target_metric="greedy", check_every=WARM["check_every"])
+    model = sft(base, train, settings, out_dir=part / "model", callback=progress,
+                holdout=holdout, state_dir=part / "state")
     if (last.get("holdout_greedy") or 0.0) < WARM["target_success"]:
         say(f"warm start: the target was not reached in {max_steps} steps (held-out greedy "
             f"{last.get('holdout_greedy')}); going on from there (--warm-max-steps raises it)")
@@ -341,8 +343,8 @@ def sao_worker(spec_path: Path) -> None:
     """Train SAO for the spec's wall-clock budget; write RUN_DIR/train.json."""
     import yaml
 
-    from sao_gym.runtime.job import build_trainer
-    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.config.build import build_trainer
+    from sao_gym.runtime.config.loader import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     spec = read_json(spec_path)

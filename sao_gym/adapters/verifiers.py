@@ -265,20 +265,20 @@ class SaoGymTaskset(vf.Taskset[SaoGymTask, SaoGymConfig]):
 
     def load(self) -> Iterator[SaoGymTask]:
         """Reset the env once per seed and yield its task (lazily: ``-n`` resets only ``n``)."""
-        config = self.config
-        if not config.env:
+        settings = self.config
+        if not settings.env:
             raise ValueError("set the env: --env.taskset.env <registered id> (`sao-gym envs` "
                              "lists them)")
-        seeds = config.seeds if config.seeds is not None else \
-            range(config.first_seed, config.first_seed + config.num_tasks)
-        session = EnvSession(config.env, max_episode_steps=config.max_episode_steps,
-                             **config.env_kwargs)
-        text_env = config.task.model_copy(update={"toolset": False})
+        seeds = settings.seeds if settings.seeds is not None else \
+            range(settings.first_seed, settings.first_seed + settings.num_tasks)
+        session = EnvSession(settings.env, max_episode_steps=settings.max_episode_steps,
+                             **settings.env_kwargs)
+        text_env = settings.task.model_copy(update={"toolset": False})
         try:
             for seed in seeds:
                 messages, info = session.reset(seed=seed)
-                data = task_data(config, seed, messages, info)
-                yield SaoGymTask(data, config.task if data.tools else text_env)
+                data = task_data(settings, seed, messages, info)
+                yield SaoGymTask(data, settings.task if data.tools else text_env)
         finally:
             session.close()
 

@@ -10,7 +10,7 @@ import sys
 def cmd_bench_async_vs_sync(args: argparse.Namespace) -> int:
     """``sao-gym bench async-vs-sync``: trajectories/s of both modes, alternating."""
     from sao_gym.runtime.bench import async_vs_sync
-    from sao_gym.runtime.config import ConfigError
+    from sao_gym.runtime.config.schema import ConfigError
 
     try:
         result = async_vs_sync(args.set, repeats=args.repeats)

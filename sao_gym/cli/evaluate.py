@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -11,7 +12,6 @@ from typing import Any
 
 import yaml
 
-import sao_gym
 from sao_gym.cli.extras import missing_train_extra
 
 
@@ -21,10 +21,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
-    from sao_gym.runtime.checkpoint import CheckpointManager
-    from sao_gym.runtime.config import ConfigError
-    from sao_gym.runtime.job import EVAL_SEED, resolve_model
-    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.config.build import eval_plan
+    from sao_gym.runtime.config.loader import load_config
+    from sao_gym.runtime.config.schema import ConfigError
+    from sao_gym.runtime.loop.checkpoint import CheckpointManager
+    from sao_gym.runtime.plans import EVAL_SEED
 
     overrides = []
     if args.env is not None:
@@ -47,16 +48,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         overrides.append(f"rollout.max_context_tokens={args.max_context_tokens}")
     overrides += args.set
     run_dir = Path(args.run) if args.run else None
+    step = None
+    plan = None
     try:
         if run_dir is not None:  # as the run evaluated: its saved (fitted) config
-            latest = CheckpointManager(run_dir).latest()
-            if latest is None:
+            done = CheckpointManager(run_dir).complete()
+            if not done:
                 raise ConfigError(f"{run_dir} has no complete checkpoint")
             if not (run_dir / "config.yaml").is_file():
                 raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
             config = load_config(run_dir / "config.yaml", overrides)
+            step, latest = done[-1]
             model, out = str(latest / "policy"), args.out or str(run_dir / "eval.json")
-            keep = args.keep or f"eval_step{int(latest.name.split('_')[-1])}"
+            keep = args.keep or f"eval_step{step}"
         else:
             if args.env is None:
                 raise ConfigError("--env is required with --model")
@@ -73,26 +77,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 check_split(keep)
             except ValueError as e:
                 raise ConfigError(f"--keep: {e}") from None
-        sao_gym.make(config.env, **config.env_kwargs).close()
+        plan = eval_plan(config, episodes=args.episodes, seed=args.seed or EVAL_SEED)
+        if not plan.episodes:  # a run that evaluated nothing: the command's default
+            plan = dataclasses.replace(plan, episodes=64)
+        plan.rollouts.env().close()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - any failure to build is a setup error
-        print(f"error: cannot make env {config.env!r}: {type(e).__name__}: {e}",
-              file=sys.stderr)
+        what = plan.env_id if plan is not None else args.env
+        print(f"error: cannot make env {what!r}: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    episodes = args.episodes if args.episodes is not None else config.eval.episodes or 64
-    from sao_gym.runtime.source import RolloutsFailing
+    from sao_gym.runtime.loop.source import RolloutsFailing
 
     try:
         with tempfile.TemporaryDirectory(prefix="sao-gym-eval-") as tmp:
             if run_dir is None:  # `tiny` is built here, `smollm2` converted once and cached
+                from sao_gym.models import resolve_model
+
                 model = resolve_model(model, Path(tmp), seed=0)
             rollouts: list[Any] = []
-            result = evaluate_with_progress(config, model, episodes, args.seed or EVAL_SEED,
-                                             run_dir or Path(tmp), keep=keep, into=rollouts)
+            result = evaluate_with_progress(plan, model, run_dir or Path(tmp), keep=keep,
+                                            step=step, into=rollouts)
             if args.trajectories:
-                n = write_trajectories(rollouts, model, args.trajectories, config.model)
+                n = write_trajectories(rollouts, model, args.trajectories, plan.model_name)
                 print(f"{n} ATIF trajectories -> {args.trajectories}", file=sys.stderr)
     except (OSError, ValueError, TypeError) as e:  # TypeError: options the env does not take
         print(f"error: {e}", file=sys.stderr)
@@ -119,7 +127,7 @@ def write_trajectories(rollouts: list[Any], model: str, out: str, model_name: st
 
     from sao_gym.adapters.atif import trajectory, write_trajectories
     from sao_gym.rollout_store import rollout_record
-    from sao_gym.runtime.recorder import TokenText
+    from sao_gym.runtime.loop.recorder import TokenText
 
     text = TokenText(AutoTokenizer.from_pretrained(model))
     ordered = sorted(rollouts, key=lambda r: (r.seed is None, r.seed or 0))
@@ -129,13 +137,13 @@ def write_trajectories(rollouts: list[Any], model: str, out: str, model_name: st
          for i, r in enumerate(ordered)), out)
 
 
-def evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
-                            run_dir: Path, keep: str | None = None,
-                            into: list[Any] | None = None) -> dict:
-    """:func:`~sao_gym.runtime.job.evaluate` with a progress bar on stderr.
+def evaluate_with_progress(plan: Any, model: str, run_dir: Path, keep: str | None = None,
+                           step: int | None = None, into: list[Any] | None = None) -> dict:
+    """:func:`~sao_gym.runtime.job.evaluate` of an eval plan with a progress bar on stderr.
 
-    ``keep``: the split of ``run_dir``'s rollouts the episodes are kept in;
-    ``into`` receives every episode's rollout.
+    ``keep``: the split of ``run_dir``'s rollouts the episodes are kept in (``step``:
+    the checkpoint's learner step, recorded with them); ``into`` receives every
+    episode's rollout.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
@@ -145,7 +153,8 @@ def evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
     columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                "success {task.fields[success]}", TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        bar = progress.add_task(f"evaluating on {config.env}", total=episodes, success="-")
+        bar = progress.add_task(f"evaluating on {plan.env_id}", total=plan.episodes,
+                                success="-")
         solved = [0, 0]
 
         def done(rollout: Any) -> None:
@@ -155,14 +164,7 @@ def evaluate_with_progress(config: Any, model: str, episodes: int, seed: int,
             solved[1] += 1
             progress.update(bar, advance=1, success=f"{solved[0] / solved[1]:.3f}")
 
-        step = None
-        if keep is not None:
-            from sao_gym.runtime.checkpoint import CheckpointManager
-
-            latest = CheckpointManager(run_dir).latest()
-            step = int(latest.name.split("_")[-1]) if latest is not None else None
-        return evaluate(config, model, episodes=episodes, seed=seed, run_dir=run_dir,
-                        on_done=done, keep=keep, step=step)
+        return evaluate(plan, model, run_dir=run_dir, on_done=done, keep=keep, step=step)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -19,7 +19,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(missing, file=sys.stderr)
         return 2
     from sao_gym.inference.server import serve
-    from sao_gym.runtime.job import resolve_model
+    from sao_gym.models import resolve_model
 
     if args.threads is not None and args.threads < 1:
         print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)

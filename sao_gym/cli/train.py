@@ -26,9 +26,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from sao_gym.progress import ProgressDisplay
-    from sao_gym.runtime.build import check_setup
-    from sao_gym.runtime.config import ConfigError
-    from sao_gym.runtime.loader import load_config, recipe_path
+    from sao_gym.runtime.config.build import check_setup, train_plan
+    from sao_gym.runtime.config.loader import load_config, recipe_path
+    from sao_gym.runtime.config.schema import ConfigError
 
     console = Console(stderr=True)
     try:
@@ -41,33 +41,34 @@ def cmd_train(args: argparse.Namespace) -> int:
             config = load_config(run_dir / "config.yaml", args.set)
         else:
             config = load_config(args.config or recipe_path(default_recipe(args.set)), args.set)
-            run_dir = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-{config.algorithm}")
-            if (run_dir / "metrics.jsonl").exists():
-                raise ConfigError(f"{run_dir} already holds a run: use --resume {run_dir} "
-                                  "or another --out")
         missing = missing_train_extra()
         if missing:
             raise ConfigError(missing)
         check_setup(config)
+        plan = train_plan(config)
+        if not args.resume:
+            run_dir = Path(args.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}-"
+                                       f"{plan.parts.learner.algorithm}")
+            if (run_dir / "metrics.jsonl").exists():
+                raise ConfigError(f"{run_dir} already holds a run: use --resume {run_dir} "
+                                  "or another --out")
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from sao_gym.runtime.job import train
 
-    console.print(f"[bold]sao-gym train[/]: {config.algorithm} ({config.mode}) on {config.env}, "
-                  f"model {config.model}, {config.total_steps} steps -> {run_dir}")
+    console.print(f"[bold]sao-gym train[/]: {plan.title} -> {run_dir}")
     from sao_gym.inference.base import InferenceError
-    from sao_gym.runtime.probe import SamplerMismatch
-    from sao_gym.runtime.ranks import RankDied
-    from sao_gym.runtime.ray.learner import LearnerDied
-    from sao_gym.runtime.source import RolloutsFailing
+    from sao_gym.learner.ranks import RankDied
+    from sao_gym.runtime.loop.probe import SamplerMismatch
+    from sao_gym.runtime.loop.source import RolloutsFailing
 
     try:
-        with ProgressDisplay(config.total_steps, console=console) as display:
-            result = train(config, run_dir, resume=bool(args.resume), display=display,
+        with ProgressDisplay(plan.parts.total_steps, console=console) as display:
+            result = train(plan, run_dir, resume=bool(args.resume), display=display,
                            say=lambda text: console.print(text, style="dim", markup=False,
                                                           highlight=False, soft_wrap=True))
-    except (InferenceError, RolloutsFailing, LearnerDied, RankDied, SamplerMismatch) as e:
+    except (InferenceError, RolloutsFailing, RankDied, SamplerMismatch) as e:
         print(f"error: {e}", file=sys.stderr)
         if (run_dir / "checkpoints").is_dir():
             print(f"(checkpoints kept: `sao-gym train --resume {run_dir}` continues)",

@@ -19,7 +19,7 @@ from sao_gym.inference.base import BackendClosed, InferenceBackend, InferenceErr
 from sao_gym.inference.scripted import ScriptedBackend, ScriptExhausted
 
 if TYPE_CHECKING:  # pragma: no cover
-    from sao_gym.inference.hf import BackendStats, HFBackend
+    from sao_gym.inference.hf.backend import BackendStats, HFBackend
     from sao_gym.inference.launch import LocalServers
     from sao_gym.inference.router import NoServersAvailable, Router
     from sao_gym.inference.vllm import VLLMBackend
@@ -40,7 +40,7 @@ __all__ = [
     "VLLMServerBackend",
 ]
 
-_LAZY = {"HFBackend": "hf", "BackendStats": "hf", "LocalServers": "launch",
+_LAZY = {"HFBackend": "hf.backend", "BackendStats": "hf.backend", "LocalServers": "launch",
          "NoServersAvailable": "router", "Router": "router", "VLLMBackend": "vllm",
          "VLLMServerBackend": "vllm_server"}
 

@@ -2,7 +2,7 @@
 
 A backend turns token ids into sampled token ids plus the sampler's own
 logprobs (the denominator of SAO's importance ratio), and accepts new weights
-while generations are in flight. Backends: :class:`~sao_gym.inference.hf.HFBackend`
+while generations are in flight. Backends: :class:`~sao_gym.inference.hf.backend.HFBackend`
 (in-process transformers), :class:`~sao_gym.inference.scripted.ScriptedBackend`
 (replays given outputs, for tests).
 """

@@ -1,6 +1,6 @@
 """Per-row temperature / top-p sampling with exact sampler logprobs.
 
-One pure function, :func:`sample_next`, used by :class:`~sao_gym.inference.hf.HFBackend`
+One pure function, :func:`sample_next`, used by :class:`~sao_gym.inference.hf.backend.HFBackend`
 on every decode step. Each row has its own temperature and top-p and brings
 its own uniform random number, drawn from that request's generator: a row's
 sample therefore depends only on its logits and its own random stream, never

@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sao_gym.utils.checks import at_least
+
 SERVERS = ("auto", "vllm", "sao")
 """What ``vllm_server``'s ``launch`` starts."""
 
 
 def _at_least(section: Any, low: int, *names: str) -> None:
-    for name in names:
-        value = getattr(section, name)
-        if value is not None and value < low:
-            raise ValueError(f"inference.{name} must be >= {low}, got {value}")
+    at_least(section, low, *names, prefix="inference.")
 
 
 def _check_backend(section: Any, name: str) -> None:
@@ -69,7 +68,7 @@ class HFSection(_InProcess):
                  run_dir: str | Path | None = None,
                  launcher: Callable[..., Any] | None = None) -> Any:
         """The backend serving ``model_path`` at policy ``version``."""
-        from sao_gym.inference.hf import HFBackend
+        from sao_gym.inference.hf.backend import HFBackend
 
         return HFBackend(model_path, max_batch_size=1 if self.batch_invariant
                          else self.max_batch_size, seed=seed, policy_version=version)

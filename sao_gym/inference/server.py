@@ -313,7 +313,7 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000,
     """
     import torch
 
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     if threads is not None:
         if threads < 1:

@@ -10,7 +10,7 @@
 - :mod:`~sao_gym.learner.batching`: micro-batches under a token budget, policy
   minibatches, logprobs at the sampling temperature.
 - :mod:`~sao_gym.learner.schedule`: learning-rate schedules.
-- :mod:`~sao_gym.learner.sao`: :class:`Learner`, :func:`build_learner`.
+- :mod:`~sao_gym.learner.learner`: :class:`Learner`, :func:`build_learner`.
 
 Nothing here touches environments.
 """

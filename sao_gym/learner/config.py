@@ -13,6 +13,7 @@ model code, so configs validate in a light install.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sao_gym.learner.schedule import LR_SCHEDULES
 
@@ -22,8 +23,34 @@ AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 AUTOCAST_DTYPES = (None, "bfloat16")
 """Valid ``LearnerConfig.autocast`` values."""
 
-ENGINES = ("local", "fsdp")
-"""Valid ``LearnerConfig.engine`` values (:data:`sao_gym.learner.engine.ENGINES`)."""
+@dataclass(frozen=True)
+class EngineRow:
+    """One row of :data:`ENGINES`: where an engine is built and what it can do."""
+
+    build: str
+    """``module:function`` of ``(model, config, lr, *, lora) -> Engine``, imported when a
+    learner is built (so this table loads no torch)."""
+    multi_rank: bool = False
+    """The engine trains one model over several processes (``learner.ranks > 1``)."""
+    offloads: bool = False
+    """The engine can keep its shards in host memory (``learner.cpu_offload``)."""
+
+
+ENGINES: dict[str, EngineRow] = {
+    "local": EngineRow("sao_gym.learner.engine:local_engine"),
+    "fsdp": EngineRow("sao_gym.learner.engine:fsdp_engine", multi_rank=True, offloads=True),
+}
+"""``learner.engine`` name -> :class:`EngineRow`: the one table of engines. A new engine
+is its own module plus a row here; the learner builds it (:func:`engine_builder`) and a
+run with ``learner.ranks > 1`` places its ranks, whichever engine it is."""
+
+
+def engine_builder(name: str) -> Any:
+    """The build function of engine ``name`` (:data:`ENGINES`), imported now."""
+    import importlib
+
+    module, _, function = ENGINES[name].build.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -181,15 +208,86 @@ class LearnerConfig:
         if self.critic_layers is not None and self.critic_layers < 1:
             raise ValueError(f"critic_layers must be >= 1 or None, got {self.critic_layers}")
         if self.engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {self.engine!r}")
-        if self.ranks < 1 or (self.engine == "local" and self.ranks != 1):
-            raise ValueError(f"ranks must be >= 1, and 1 for engine local; got {self.ranks}")
-        if self.cpu_offload and (self.engine != "fsdp" or self.device != "cuda"):
-            raise ValueError("cpu_offload needs engine fsdp on device cuda (it moves GPU "
-                             "shards to the host)")
+            raise ValueError(f"engine must be one of {tuple(ENGINES)}, got {self.engine!r}")
+        row = ENGINES[self.engine]
+        if self.ranks < 1 or (not row.multi_rank and self.ranks != 1):
+            raise ValueError(f"ranks must be >= 1, and 1 for engine {self.engine} (engines of "
+                             f"several ranks: {[n for n, r in ENGINES.items() if r.multi_rank]});"
+                             f" got {self.ranks}")
+        if self.cpu_offload and (not row.offloads or self.device != "cuda"):
+            raise ValueError(f"cpu_offload needs an engine that offloads "
+                             f"({[n for n, r in ENGINES.items() if r.offloads]}) on device cuda "
+                             "(it moves GPU shards to the host)")
         if self.autocast not in AUTOCAST_DTYPES:
             raise ValueError(f"autocast must be one of {AUTOCAST_DTYPES}, got {self.autocast!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if not 0.0 <= self.lr_final_ratio <= 1.0:
             raise ValueError(f"lr_final_ratio must be in [0, 1], got {self.lr_final_ratio}")
+
+
+SFT_TARGET_METRICS = ("sampled", "greedy")
+"""What a warm start's early stop watches: :func:`~sao_gym.learner.sft.holdout_success`'s
+two estimates."""
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    """How :func:`~sao_gym.learner.sft.sft` fine-tunes on demonstrations (one record).
+
+    The run's builder makes one from ``warm_start``
+    (:func:`~sao_gym.runtime.config.build.prepare_plan`); a script makes its own.
+
+    >>> SFTSettings(steps=40, lr=3e-3, batch_size=2).warmup_steps
+    0
+    """
+
+    steps: int
+    """Most AdamW steps (the early stop may end sooner)."""
+    lr: float
+    """Peak learning rate."""
+    batch_size: int
+    """Demonstrations per step (drawn without replacement, reshuffled each pass)."""
+    seed: int = 0
+    """Data order and the torch RNG."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    max_grad_norm: float | None = 1.0
+    """Gradient-norm clipping (None: off)."""
+    label_smoothing: float = 0.0
+    """Label smoothing e of the action-token cross-entropy, in [0, 1)."""
+    max_tokens_per_microbatch: int = 8192
+    """Padded tokens per forward/backward pass (gradient accumulation beyond)."""
+    target_success: float | None = None
+    """Stop once the held-out ``target_metric`` estimate reaches this (needs held-out
+    demonstrations); None: run every step."""
+    target_metric: str = "sampled"
+    """``sampled`` (temperature 1) or ``greedy``."""
+    min_sampled: float | None = None
+    """... and only once the sampled estimate is at least this (None: no floor)."""
+    check_every: int = 10
+    """Steps between held-out estimates."""
+    log_every: int = 10
+    """Steps between progress lines in the log (0: none)."""
+    save_every_s: float = 600.0
+    """Seconds between saved training states (with a ``state_dir``; 0: every step)."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or not self.lr > 0 or self.warmup_steps < 0:
+            raise ValueError(
+                f"need steps >= 1, batch_size >= 1, lr > 0, warmup_steps >= 0; got "
+                f"steps={self.steps}, batch_size={self.batch_size}, lr={self.lr}, "
+                f"warmup_steps={self.warmup_steps}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.target_success is not None and not 0.0 < self.target_success <= 1.0:
+            raise ValueError(f"target_success must be in (0, 1], got {self.target_success}")
+        if self.target_metric not in SFT_TARGET_METRICS:
+            raise ValueError(f"target_metric must be one of {SFT_TARGET_METRICS}, got "
+                             f"{self.target_metric!r}")
+        if self.check_every < 1:
+            raise ValueError(f"check_every must be >= 1, got {self.check_every}")
+        if self.min_sampled is not None and not 0.0 <= self.min_sampled <= 1.0:
+            raise ValueError(f"min_sampled must be in [0, 1], got {self.min_sampled}")

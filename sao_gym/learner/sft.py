@@ -7,7 +7,7 @@ label-smoothed), the model in a :class:`~sao_gym.learner.engine.LocalEngine`
 warm-up schedule (:func:`~sao_gym.learner.schedule.warmup_scale`), and an
 early stop on held-out demonstrations (:func:`holdout_success`, estimated
 without playing). Demonstrations themselves are collected by
-:mod:`sao_gym.runtime.warmstart`.
+:mod:`sao_gym.runtime.prepare.demonstrations`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from sao_gym.learner.batching import micro_batches, token_logprobs
+from sao_gym.learner.config import SFTSettings
 from sao_gym.learner.engine import LocalEngine
 from sao_gym.learner.schedule import warmup_scale
 from sao_gym.types import Rollout
@@ -134,8 +135,6 @@ def demonstration_loss(
     return loss
 
 
-TARGET_METRICS = ("sampled", "greedy")
-"""What ``sft(target_metric=...)`` stops on: :func:`holdout_success`'s two estimates."""
 
 
 def holdout_success(
@@ -227,44 +226,31 @@ def _load_state(path: Path, run: dict[str, Any], engine: LocalEngine,
 def sft(
     policy_path: str | Path,
     demonstrations: Sequence[Rollout],
+    settings: SFTSettings,
     *,
     out_dir: str | Path,
-    steps: int,
-    lr: float,
-    batch_size: int,
-    seed: int = 0,
-    max_tokens_per_microbatch: int = 8192,
-    warmup_steps: int = 0,
-    weight_decay: float = 0.0,
-    max_grad_norm: float | None = 1.0,
-    log_every: int = 10,
-    callback: Callable[[SFTStep], None] | None = None,
-    label_smoothing: float = 0.0,
     holdout: Sequence[Rollout] | None = None,
-    target_success: float | None = None,
-    target_metric: str = "sampled",
-    min_sampled: float | None = None,
-    check_every: int = 10,
+    callback: Callable[[SFTStep], None] | None = None,
     state_dir: str | Path | None = None,
-    save_every_s: float = 600.0,
 ) -> str:
-    """Fine-tune ``policy_path`` on ``demonstrations``; write a checkpoint to ``out_dir``.
+    """Fine-tune ``policy_path`` on ``demonstrations`` as ``settings`` say; write ``out_dir``.
 
-    Each of the ``steps`` AdamW steps trains on ``batch_size`` demonstrations
-    (drawn without replacement, reshuffled every pass over the data) with the
-    mean cross-entropy of their ``loss_mask`` 1 tokens; prompt and observation
-    tokens are context only. Micro-batches of at most
+    Each of the ``settings.steps`` AdamW steps trains on ``batch_size``
+    demonstrations (drawn without replacement, reshuffled every pass over the
+    data) with the mean cross-entropy of their ``loss_mask`` 1 tokens; prompt
+    and observation tokens are context only. Micro-batches of at most
     ``max_tokens_per_microbatch`` padded tokens accumulate gradients. The
     learning rate rises linearly over ``warmup_steps`` and then stays at
-    ``lr``; gradients are clipped to ``max_grad_norm``.
+    ``lr``; gradients are clipped to ``max_grad_norm``
+    (:class:`~sao_gym.learner.config.SFTSettings` has every field).
 
     Deterministic for a ``seed`` (data order and the torch RNG, which is
     restored afterwards) on a given machine and thread count. Progress goes
     to ``logging`` every ``log_every`` steps and, every step, to
     ``callback(SFTStep)``. The model and tokenizer are saved to ``out_dir``
-    (an HF checkpoint any backend or :func:`~sao_gym.learner.sao.build_learner`
+    (an HF checkpoint any backend or :func:`~sao_gym.learner.learner.build_learner`
     loads); returns ``out_dir`` as a string. Raises ``ValueError`` for empty
-    demonstrations or non-positive ``steps``/``lr``/``batch_size``.
+    demonstrations, or a ``target_success`` without ``holdout``.
 
     Early stop: with ``holdout`` (demonstrations of tasks not trained on) and
     ``target_success``, every ``check_every`` steps :func:`holdout_success`
@@ -287,27 +273,17 @@ def sft(
     """
     from sao_gym.models import load_policy
 
+    if not isinstance(settings, SFTSettings):
+        raise TypeError(f"settings must be an SFTSettings, got {type(settings).__name__}")
+    s = settings
     demos = _check_demonstrations(demonstrations)
+    target_success = s.target_success
     if target_success is not None:
         if not holdout:
             raise ValueError("target_success needs holdout demonstrations")
-        if not 0.0 < target_success <= 1.0:
-            raise ValueError(f"target_success must be in (0, 1], got {target_success}")
-        if target_metric not in TARGET_METRICS:
-            raise ValueError(f"target_metric must be one of {TARGET_METRICS}, got "
-                             f"{target_metric!r}")
-        if check_every < 1:
-            raise ValueError(f"check_every must be >= 1, got {check_every}")
-        if min_sampled is not None and not 0.0 <= min_sampled <= 1.0:
-            raise ValueError(f"min_sampled must be in [0, 1], got {min_sampled}")
         holdout = _check_demonstrations(holdout)
-    if not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-    if steps < 1 or batch_size < 1 or not lr > 0 or warmup_steps < 0:
-        raise ValueError(
-            f"need steps >= 1, batch_size >= 1, lr > 0, warmup_steps >= 0; got steps={steps}, "
-            f"batch_size={batch_size}, lr={lr}, warmup_steps={warmup_steps}"
-        )
+    steps, batch_size, seed, lr = s.steps, s.batch_size, s.seed, s.lr
+    max_tokens_per_microbatch, label_smoothing = s.max_tokens_per_microbatch, s.label_smoothing
     model, tokenizer = load_policy(policy_path)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     order_rng = random.Random(seed)
@@ -318,8 +294,8 @@ def sft(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model.train()
-        engine = LocalEngine(model, lr=lr, weight_decay=weight_decay,
-                             max_grad_norm=max_grad_norm,
+        engine = LocalEngine(model, lr=lr, weight_decay=s.weight_decay,
+                             max_grad_norm=s.max_grad_norm,
                              device=next(model.parameters()).device)
         done, elapsed, last = 0, 0.0, steps
         if state_dir is not None and (Path(state_dir) / SFT_STATE).exists():
@@ -337,20 +313,20 @@ def sft(
                     order = list(range(len(demos)))
                     order_rng.shuffle(order)
                 batch.append(demos[order.pop()])
-            step_lr = lr * warmup_scale(step - 1, warmup_steps)
+            step_lr = lr * warmup_scale(step - 1, s.warmup_steps)
             engine.set_lr(step_lr)
             mbs = micro_batches(batch, max_tokens_per_microbatch, pad_id)
             loss, accuracy = _batch_loss(engine, mbs, backward=True,
                                          label_smoothing=label_smoothing)
             norm, _ = engine.step(finite=math.isfinite(loss))
             held, estimates = None, {}
-            if target_success is not None and (step % check_every == 0 or step == steps):
+            if target_success is not None and (step % s.check_every == 0 or step == steps):
                 estimates = holdout_success(model, holdout, pad_id=pad_id,
                                             max_tokens_per_microbatch=max_tokens_per_microbatch)
-                held = estimates[target_metric]
+                held = estimates[s.target_metric]
             reached = held is not None and held >= target_success and (
-                min_sampled is None or estimates["sampled"] >= min_sampled)
-            if state_dir is not None and (reached or time.monotonic() - saved >= save_every_s):
+                s.min_sampled is None or estimates["sampled"] >= s.min_sampled)
+            if state_dir is not None and (reached or time.monotonic() - saved >= s.save_every_s):
                 _save_state(Path(state_dir) / SFT_STATE, run, engine, step, order, order_rng,
                             time.perf_counter() - start, reached)
                 saved = time.monotonic()
@@ -359,12 +335,12 @@ def sft(
                              estimates.get("greedy"), estimates.get("sampled"), reached)
             if callback is not None:
                 callback(record)
-            if log_every and (step % log_every == 0 or step == steps):
+            if s.log_every and (step % s.log_every == 0 or step == steps):
                 logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
                             "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
             if reached:
                 logger.info("sft: held-out %s success %.3f reached the target %.3f at step %d",
-                            target_metric, held, target_success, step)
+                            s.target_metric, held, target_success, step)
                 break
     model.eval()
     out = Path(out_dir)
@@ -378,5 +354,5 @@ def sft(
     return str(out)
 
 
-__all__ = ["SFTStep", "TARGET_METRICS", "demonstration_loss", "holdout_success",
+__all__ = ["SFTSettings", "SFTStep", "demonstration_loss", "holdout_success",
            "sequence_success", "sft"]

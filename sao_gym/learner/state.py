@@ -12,7 +12,7 @@
 (DCP reshards: written by 2 FSDP ranks, read by 1 device or by 4 ranks),
 and also reads ``learner.pt``, the single file that checkpoints held before.
 :func:`read_state` gives a checkpoint's whole state in memory (the form of
-:meth:`Learner.state_dict <sao_gym.learner.sao.Learner.state_dict>`), for
+:meth:`Learner.state_dict <sao_gym.learner.learner.Learner.state_dict>`), for
 tools and tests that compare tensors.
 
 Every rank calls :func:`save_state` and :func:`load_state` together, with

@@ -16,42 +16,41 @@ reproducible) is off here, so the ratio measures the scheduling only.
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import TrainConfig
-from sao_gym.runtime.loader import load_recipe
+from sao_gym.runtime.config.build import build_trainer, run_parts
+from sao_gym.runtime.config.loader import load_recipe
 
 
 def async_vs_sync(overrides: list[str] = (), *, repeats: int = 1,
                   work_dir: str | None = None) -> dict[str, Any]:
     """Train in both modes ``repeats`` times (alternating); return throughputs and ratio."""
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.job import build_trainer
 
-    base: TrainConfig = load_recipe("bench", overrides)
-    if getattr(base.inference, "batch_invariant", False) is None:
-        base = dataclasses.replace(base, inference=dataclasses.replace(
-            base.inference, batch_invariant=False))
+    overrides = list(overrides)
+    base = load_recipe("bench", overrides)
+    parts = run_parts(base)
     root = Path(work_dir or tempfile.mkdtemp(prefix="sao-bench-"))
-    model = tiny_model(str(root / "model"), seed=base.seed)
+    model = tiny_model(str(root / "model"), seed=parts.seed)
+    trajectories = parts.total_steps * parts.source.batch_size
+    staleness = {"sync": 0, "async": max(parts.source.max_staleness, 1)}
     runs: dict[str, list[float]] = {"async": [], "sync": []}
     for rep in range(repeats):
         for mode in ("sync", "async"):
-            staleness = 0 if mode == "sync" else max(base.rollout.max_staleness, 1)
-            cfg = dataclasses.replace(base, rollout=dataclasses.replace(
-                base.rollout, max_staleness=staleness))
-            trainer = build_trainer(cfg, root / f"{mode}-{rep}", policy_path=model)
+            config = load_recipe("bench", [*overrides,
+                                           f"rollout.max_staleness={staleness[mode]}"])
+            trainer = build_trainer(config, root / f"{mode}-{rep}", policy_path=model,
+                                    batch_invariant=False)
             trainer.run()
-            runs[mode].append(cfg.total_steps * cfg.rollout.batch_size / trainer.loop_seconds)
+            runs[mode].append(trajectories / trainer.loop_seconds)
     med = {m: sorted(v)[len(v) // 2] for m, v in runs.items()}
     return {
         "async_trajectories_per_s": med["async"],
         "sync_trajectories_per_s": med["sync"],
         "ratio": med["async"] / med["sync"],
         "runs": runs,
-        "trajectories": base.total_steps * base.rollout.batch_size,
-        "config": {k: v for k, v in base.to_dict().items() if k != "learner"},
+        "trajectories": trajectories,
+        "config": {k: v for k, v in parts.sink.record.items() if k != "learner"},
     }

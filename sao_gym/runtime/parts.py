@@ -1,6 +1,6 @@
 """What a run's parts are: small picklable factories, built once from the config.
 
-:func:`sao_gym.runtime.build.run_parts` reads the config once and returns a
+:func:`sao_gym.runtime.config.build.run_parts` reads the config once and returns a
 :class:`RunParts`; each factory holds only the values it uses, so the same
 objects build the parts in this process (``runtime: local``) or are shipped
 to Ray actors (``runtime: ray``), and no actor ever sees a config:
@@ -14,17 +14,18 @@ to Ray actors (``runtime: ray``), and no actor ever sees a config:
   (``play(seed, sample_seed)``, ``update_weights``, ``aclose``);
 - :class:`LearnerFactory`: the learner (algorithm, learner config, run length,
   temperature), from a checkpoint on resume;
-- :class:`SourceFactory`: the :class:`~sao_gym.runtime.source.RolloutSource`
+- :class:`SourceFactory`: the :class:`~sao_gym.runtime.loop.source.RolloutSource`
   (batch, groups, staleness bound);
 - :class:`SinkFactory`: the metric loggers.
 
-Where they run is the runtime's business (:mod:`sao_gym.runtime.local`,
-:mod:`sao_gym.runtime.ray.build`); evaluation builds its rollouts from the
+Where they run is the runtime's business (:mod:`sao_gym.runtime.place.local`,
+:mod:`sao_gym.runtime.place.ray.build`); evaluation builds its rollouts from the
 same :class:`RolloutFactory`, so ``inference.backend`` applies to it too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,12 +57,21 @@ class EnvFactory:
 class AgentFactory:
     """How each episode's agent samples."""
 
-    max_new_tokens: int
-    max_context_tokens: int
+    max_new_tokens: int | None
+    """Tokens one turn may sample (None: not fitted yet, :meth:`RolloutFactory.with_budgets`)."""
+    max_context_tokens: int | None
+    """Tokens of a whole episode (None: likewise)."""
     temperature: float = 1.0
     top_p: float = 1.0
     tool_schemas: str = "env"
     """How prompts show the tools (``rollout.tool_schemas``)."""
+
+    def check(self) -> None:
+        """Raise ``ValueError`` when a token budget is still null (not fitted)."""
+        if self.max_new_tokens is None or self.max_context_tokens is None:
+            raise ValueError("the token budgets (rollout.max_new_tokens / max_context_tokens) "
+                             "are null: `sao-gym train` fits them to the env's demonstrations "
+                             "(sao_gym.runtime.prepare.fit); set them to build agents without")
 
     def __call__(self, backend: Any, tokenizer: Any) -> Callable[..., Any]:
         """Builds one agent per episode on ``backend``.
@@ -70,6 +80,7 @@ class AgentFactory:
         """
         from sao_gym.agents import LLMAgent
 
+        self.check()
         return functools.partial(LLMAgent, backend, tokenizer,
                                  max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                  top_p=self.top_p, max_context_tokens=self.max_context_tokens,
@@ -79,8 +90,8 @@ class AgentFactory:
 class Rollouts:
     """Episodes of one process: its environments, backend and agents.
 
-    The ``play`` of a :class:`~sao_gym.runtime.source.RolloutSource` and the
-    ``backend`` of a :class:`~sao_gym.runtime.trainer.Trainer` (it loads new
+    The ``play`` of a :class:`~sao_gym.runtime.loop.source.RolloutSource` and the
+    ``backend`` of a :class:`~sao_gym.runtime.loop.trainer.Trainer` (it loads new
     weights); ``make_env`` and ``make_agent`` serve evaluation.
     """
 
@@ -130,10 +141,25 @@ class RolloutFactory:
         """Rollouts sampling from ``model_path`` (its tokenizer: ``tokenizer_path``)."""
         from transformers import AutoTokenizer
 
+        self.agent.check()  # null budgets fail here, before a backend starts
         backend = self.backend(model_path, version=version, seed=seed, run_dir=run_dir,
                                launcher=launcher)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
         return Rollouts(self.env, backend, self.agent(backend, tokenizer))
+
+    def with_budgets(self, max_new_tokens: int | None, max_context_tokens: int | None
+                     ) -> RolloutFactory:
+        """These rollouts with the given token budgets.
+
+        The one rule of a backend's context limit: an inference section whose
+        ``max_model_len`` is null serves ``max_context_tokens`` (the agent's context).
+        """
+        agent = dataclasses.replace(self.agent, max_new_tokens=max_new_tokens,
+                                    max_context_tokens=max_context_tokens)
+        backend = self.backend
+        if getattr(backend, "max_model_len", 0) is None and max_context_tokens is not None:
+            backend = dataclasses.replace(backend, max_model_len=max_context_tokens)
+        return dataclasses.replace(self, backend=backend, agent=agent)
 
 
 @dataclass(frozen=True)
@@ -149,7 +175,7 @@ class LearnerFactory:
 
     def __call__(self, policy_path: str, resume_from: str | Path | None = None) -> Any:
         """The learner training ``policy_path`` (or ``resume_from``'s learner state)."""
-        from sao_gym.learner.sao import build_learner
+        from sao_gym.learner.learner import build_learner
 
         learner = build_learner(self.algorithm, policy_path, self.config,
                                 total_steps=self.total_steps, temperature=self.temperature,
@@ -161,7 +187,7 @@ class LearnerFactory:
 
 @dataclass(frozen=True)
 class SourceFactory:
-    """The run's :class:`~sao_gym.runtime.source.RolloutSource` (the one staleness rule)."""
+    """The run's :class:`~sao_gym.runtime.loop.source.RolloutSource` (the one staleness rule)."""
 
     batch_size: int
     group_size: int = 1
@@ -174,7 +200,7 @@ class SourceFactory:
 
         Its episodes' sampling seeds mix in ``sample_seed`` (the run's seed).
         """
-        from sao_gym.runtime.source import RolloutSource
+        from sao_gym.runtime.loop.source import RolloutSource
 
         return RolloutSource(play, batch_size=self.batch_size, group_size=self.group_size,
                              concurrency=concurrency, max_staleness=self.max_staleness,
@@ -212,12 +238,13 @@ class RecorderFactory:
     seed: int = 0
 
     def __call__(self, run_dir: Path, *, tokenizer_path: str | None = None) -> Any:
-        """The :class:`~sao_gym.runtime.recorder.RolloutRecorder` of ``run_dir``'s ``train`` split.
+        """The rollout recorder of ``run_dir``'s ``train`` split.
 
+        A :class:`~sao_gym.runtime.loop.recorder.RolloutRecorder`.
         ``tokenizer_path``: the tokenizer that decodes each kept token's text.
         """
         from sao_gym.rollout_store import RolloutWriter
-        from sao_gym.runtime.recorder import RolloutRecorder
+        from sao_gym.runtime.loop.recorder import RolloutRecorder
 
         tokenizer = None
         if tokenizer_path is not None:
@@ -245,7 +272,7 @@ class RunParts:
     checkpoint_every: int
     checkpoint_keep: int
     ray: Any = None
-    """``runtime: ray``: the run's :class:`~sao_gym.runtime.config.RayConfig` (where the
+    """``runtime: ray``: the run's :class:`~sao_gym.runtime.config.schema.RayConfig` (where the
     actors go); None for a local run."""
     episodes_per_worker: int = 1
     """``runtime: ray``: episodes each rollout worker runs at once."""

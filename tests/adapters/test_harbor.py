@@ -20,7 +20,6 @@ from types import SimpleNamespace
 import pytest
 
 import sao_gym
-from sao_gym.adapters import harbor_export
 from sao_gym.adapters.harbor import (
     HarborTaskEnv,
     HarborTaskError,
@@ -29,8 +28,9 @@ from sao_gym.adapters.harbor import (
     load_task,
     select_tasks,
 )
-from sao_gym.adapters.harbor_env import _parse_reward, _sections
-from sao_gym.adapters.harbor_task import _tomllib, dump_toml
+from sao_gym.adapters.harbor import export as harbor_export
+from sao_gym.adapters.harbor.env import _parse_reward, _sections
+from sao_gym.adapters.harbor.task import _tomllib, dump_toml
 from sao_gym.cli import main as cli_main
 from sao_gym.envs.code_repo import harbor_grade as grade_code
 from sao_gym.envs.code_repo.tasks import apply_patch, shipped_bug_tasks

@@ -159,7 +159,7 @@ class Recorder:
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 async def test_five_turn_episode_matches_a_fresh_forward_pass(tiny_model_path, tok, temperature):
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     backend = HFBackend(tiny_model_path, seed=0)
     rec = Recorder(backend)
@@ -192,7 +192,7 @@ async def test_five_turn_episode_matches_a_fresh_forward_pass(tiny_model_path, t
 
 
 async def test_concurrent_episodes_are_batched_and_equal_unbatched_greedy(tiny_model_path, tok):
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     def agent_for(backend):
         return lambda: LLMAgent(backend, tok, max_new_tokens=8, temperature=0.0)

@@ -17,8 +17,8 @@ from sao_gym.models import (
     tiny_model,
     with_chat_template,
 )
-from sao_gym.runtime.config import ConfigError, TrainConfig
-from sao_gym.runtime.loader import load_config
+from sao_gym.runtime.config.loader import load_config
+from sao_gym.runtime.config.schema import ConfigError, TrainConfig
 
 WEIGHTS_AND_CONFIGS = ("model.safetensors", "config.json", "generation_config.json")
 TOOLS = [{"type": "function", "function": {

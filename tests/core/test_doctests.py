@@ -5,7 +5,8 @@ import pytest
 
 MODULES = ["sao_gym", "sao_gym.spaces", "sao_gym.tools", "sao_gym.logging",
            "sao_gym.plotting", "sao_gym.evaluation", "sao_gym.utils.jsonl",
-           "sao_gym.runtime.loader", "sao_gym.utils.restarts", "sao_gym.learner.algorithms"]
+           "sao_gym.runtime.config.loader", "sao_gym.utils.restarts", "sao_gym.learner.algorithms",
+           "sao_gym.utils.checks", "sao_gym.learner.config"]
 
 
 @pytest.mark.parametrize("name", MODULES)

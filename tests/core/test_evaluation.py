@@ -130,13 +130,14 @@ async def test_cancelling_an_evaluation_closes_every_env():
 @pytest.mark.slow
 def test_evaluate_policy_reports_the_infra_failures(tiny_model_path):
     """The `sao-gym eval` path: a real (tiny) policy, 20% of the seeds failing in reset."""
+    from sao_gym.runtime.config.build import eval_plan
+    from sao_gym.runtime.config.loader import load_config
     from sao_gym.runtime.job import evaluate
-    from sao_gym.runtime.loader import load_config
 
     config = load_config(None, [f"env={ENV_ID}", "rollout.max_new_tokens=4",
                                 "rollout.max_context_tokens=512", "rollout.max_episode_steps=2",
                                 "rollout.concurrency=4"])
-    result = evaluate(config, tiny_model_path, episodes=10, seed=1_000_000)
+    result = evaluate(eval_plan(config, episodes=10, seed=1_000_000), tiny_model_path)
     assert result["episodes"] == 10
     assert result["infra_failures"] == len(failing(range(1_000_000, 1_000_010))) == 2
     assert result["failure_reasons"] == {"env_error": 2}

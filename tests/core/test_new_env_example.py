@@ -93,7 +93,7 @@ def test_the_oracle_finds_every_secret_within_the_turn_limit(example):
 
     from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
     from sao_gym.registration import env_oracle
-    from sao_gym.runtime.warmstart import collect_demonstrations
+    from sao_gym.runtime.prepare.demonstrations import collect_demonstrations
 
     assert env_oracle(ENV_ID) is example.oracle
     with tempfile.TemporaryDirectory() as tmp:

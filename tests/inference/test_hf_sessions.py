@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sao_gym.inference import HFBackend
-from sao_gym.inference.hf_sessions import SessionCache, SessionEntry
+from sao_gym.inference.hf.sessions import SessionCache, SessionEntry
 from sao_gym.models import load_policy, tiny_model
 from sao_gym.types import SamplingParams
 from tests.inference.test_hf import gathered, reference_logp

@@ -115,7 +115,7 @@ def test_serve_rejects_a_bad_thread_count():
 
 
 def test_server_actors_take_rays_thread_rule():
-    from sao_gym.runtime.ray.servers import RayServers
+    from sao_gym.runtime.place.ray.servers import RayServers
 
     threads = [RayServers("m", 1, log_dir=".", **cpus).server_kwargs["threads"]
                for cpus in ({}, {"num_cpus": 2.5}, {"num_cpus": 4, "threads": 2})]

@@ -54,10 +54,10 @@ def test_sync_lora_runs_sample_with_the_adapter_the_learner_trained(kind, tmp_pa
 
 
 async def test_the_check_stops_a_sampler_that_does_not_apply_the_adapter(tiny_model_path):
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
     from sao_gym.learner.config import LearnerConfig, LoraSettings
-    from sao_gym.learner.sao import build_learner
-    from sao_gym.runtime.probe import SamplerCheck, SamplerMismatch
+    from sao_gym.learner.learner import build_learner
+    from sao_gym.runtime.loop.probe import SamplerCheck, SamplerMismatch
     from tests.learner.helpers import random_batch
 
     learner = build_learner("grpo", tiny_model_path, LearnerConfig(

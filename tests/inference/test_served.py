@@ -49,7 +49,7 @@ def _launch(kind: str, model: str, log_dir, n: int = 1) -> LocalServers:
 def model_path(tmp_path_factory):
     """The demo's tiny model (compact tool template: short prompts, fast steps)."""
     from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.loader import load_recipe
 
     return tiny_model(tmp_path_factory.mktemp("demo_tiny"), chat_template=COMPACT_TOOLS_TEMPLATE,
                       **load_recipe("demo").model_options)
@@ -264,7 +264,7 @@ async def test_bad_requests_are_value_errors_and_do_not_take_the_server_out(back
 
 
 def _train_config(url: str, steps: int, **extra: str):
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.loader import load_recipe
 
     sets = {"total_steps": steps, "rollout.batch_size": 4, "rollout.concurrency": 4,
             "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
@@ -278,7 +278,7 @@ def _train_config(url: str, steps: int, **extra: str):
 @pytest.mark.slow
 async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_path,
                                                                   tmp_path):
-    from sao_gym.runtime.job import build_trainer
+    from sao_gym.runtime.config.build import build_trainer
 
     config = _train_config(served[1], 20)
     trainer = await asyncio.to_thread(build_trainer, config, tmp_path / "run",
@@ -299,8 +299,8 @@ async def test_twenty_sao_steps_train_on_rollouts_from_the_server(served, model_
 @pytest.mark.parametrize("kind", KINDS)
 async def test_killing_the_server_gives_infra_failures_and_a_clear_error(
         kind, model_path, tmp_path):
-    from sao_gym.runtime.job import build_trainer
-    from sao_gym.runtime.source import RolloutsFailing
+    from sao_gym.runtime.config.build import build_trainer
+    from sao_gym.runtime.loop.source import RolloutsFailing
 
     servers = _launch(kind, model_path, tmp_path / "logs")
     try:
@@ -387,8 +387,8 @@ async def test_several_servers_sticky_episodes_updates_reach_all_and_a_dead_one_
 
 @pytest.mark.slow
 async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path, tmp_path):
-    from sao_gym.runtime.job import build_trainer
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.build import build_trainer
+    from sao_gym.runtime.config.loader import load_recipe
 
     sets = {"total_steps": 3, "rollout.batch_size": 4, "rollout.concurrency": 4,
             "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,
@@ -420,8 +420,8 @@ async def test_a_launched_server_killed_during_training_is_replaced_and_no_episo
     _need(kind)
 
     from sao_gym.logging import read_metrics
-    from sao_gym.runtime.job import build_trainer
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.build import build_trainer
+    from sao_gym.runtime.config.loader import load_recipe
 
     sets = {"total_steps": 8, "rollout.batch_size": 4, "rollout.concurrency": 4,
             "rollout.max_new_tokens": 16, "rollout.max_context_tokens": 256,

@@ -275,7 +275,7 @@ async def test_closing_the_app_closes_the_backend(serve):
 async def test_a_reload_really_changes_the_weights(serve, tiny_model_path, tmp_path):
     import torch
 
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
     from sao_gym.inference.weights import save_weights_dir
 
     backend = HFBackend(tiny_model_path, seed=0)
@@ -328,7 +328,7 @@ async def test_weights_that_do_not_fit_are_a_400_and_leave_the_model_alone(serve
                                                                           tmp_path):
     import torch
 
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
     from sao_gym.inference.weights import save_weights_dir
 
     backend = HFBackend(tiny_model_path, seed=0)
@@ -351,7 +351,7 @@ async def test_a_lora_adapter_is_merged_into_the_base_weights_each_time(serve, t
     (merged into the weights the model had before the first), not added on top."""
     import torch
 
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
     from sao_gym.inference.weights import save_adapter_dir
 
     backend = HFBackend(tiny_model_path, seed=0)

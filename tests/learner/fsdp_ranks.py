@@ -18,7 +18,7 @@ def run(rank: int, world: int, port: int, job: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.learner import build_learner
 
     torch.set_num_threads(1)
     os.environ["LOCAL_RANK"] = str(rank)

@@ -23,7 +23,7 @@ from sao_gym.learner import losses
 from sao_gym.learner.algorithms import ALGORITHMS, Algorithm, find_algorithm
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.engine import SINGLE
-from sao_gym.learner.sao import Learner, LearnerConfig, build_learner
+from sao_gym.learner.learner import Learner, LearnerConfig, build_learner
 from tests.learner.helpers import sampler_logprobs, segments_rollout
 
 REINFORCE_MODULE = textwrap.dedent('''

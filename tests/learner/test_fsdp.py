@@ -69,7 +69,7 @@ def rollouts(model_path, tmp_path_factory):
     """Two episodes on each of 4 tasks (a group each), sampled by the model: multi-turn."""
     import sao_gym
     from sao_gym.agents import LLMAgent
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
     from sao_gym.rollout import play_episode
 
     async def play():
@@ -93,7 +93,7 @@ def rollouts(model_path, tmp_path_factory):
 
 
 def _single(algorithm, model_path, batch, group_size, trace=()):
-    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.learner import build_learner
 
     learner = build_learner(algorithm, model_path, CONFIG, total_steps=STEPS,
                             group_size=group_size)
@@ -148,7 +148,7 @@ def test_two_fsdp_ranks_train_like_one_device(algorithm, model_path, rollouts, t
 @pytest.mark.parametrize("algorithm", ["sao", "grpo"])
 def test_gradient_checkpointing_gives_the_same_training(algorithm, model_path, rollouts):
     from sao_gym.learner.engine import checkpoint_activations
-    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.learner import build_learner
 
     _, batch = rollouts
     group_size = 2 if algorithm == "grpo" else 1
@@ -182,7 +182,7 @@ def test_sharded_checkpoints_resume_on_another_number_of_ranks(model_path, rollo
     """
     import torch.multiprocessing as mp
 
-    from sao_gym.learner.sao import build_learner
+    from sao_gym.learner.learner import build_learner
     from sao_gym.learner.state import read_state
     from tests.learner.fsdp_ranks import run
 

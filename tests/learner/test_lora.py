@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sao_gym.learner.config import LearnerConfig, LoraSettings
-from sao_gym.learner.sao import build_learner
+from sao_gym.learner.learner import build_learner
 from sao_gym.models import load_policy
 from tests.learner.helpers import random_batch
 

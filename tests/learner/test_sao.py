@@ -12,7 +12,7 @@ from sao_gym.learner import losses
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
 from sao_gym.learner.engine import local_engine
-from sao_gym.learner.sao import ALGORITHMS, Learner, LearnerConfig, build_learner
+from sao_gym.learner.learner import ALGORITHMS, Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy
 from tests.learner.helpers import (
     random_batch,

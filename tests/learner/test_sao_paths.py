@@ -6,7 +6,7 @@ import torch
 
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.engine import local_engine
-from sao_gym.learner.sao import Learner, LearnerConfig, build_learner
+from sao_gym.learner.learner import Learner, LearnerConfig, build_learner
 from sao_gym.models import load_policy
 from tests.learner.helpers import random_batch, table_critic
 
@@ -17,7 +17,7 @@ async def test_learner_scores_tokens_at_the_sampling_temperature(tiny_model_path
     import sao_gym
     from sao_gym.agents import LLMAgent
     from sao_gym.evaluation import run_episodes
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     backend = HFBackend(tiny_model_path, seed=0)
     try:
@@ -61,7 +61,7 @@ def test_ppo_old_logprobs_use_the_temperature(tiny_model_path):
 # ---------- counters, weights ----------
 
 async def test_counters_weights_and_the_old_checkpoint_key(tiny_model_path):
-    from sao_gym.inference.hf import HFBackend
+    from sao_gym.inference.hf.backend import HFBackend
 
     cfg = LearnerConfig(lr=1e-3, critic_warmup_steps=1, policy_minibatches=2)
     a = build_learner("sao", tiny_model_path, cfg)
@@ -104,10 +104,10 @@ def test_autocast_is_validated_and_runs_the_forwards_in_bf16(tiny_model_path, ca
                                                                monkeypatch):
     with pytest.raises(ValueError, match="autocast must be one of"):
         LearnerConfig(autocast="float16")
-    import sao_gym.learner.sao as sao_mod
+    import sao_gym.learner.learner as sao_mod
 
     monkeypatch.setattr(sao_mod, "native_bf16", lambda device="cpu": False)
-    with caplog.at_level("WARNING", logger="sao_gym.learner.sao"):
+    with caplog.at_level("WARNING", logger="sao_gym.learner.learner"):
         bf16 = build_learner("sao", tiny_model_path, LearnerConfig(autocast="bfloat16"))
     assert "no native bf16" in caplog.text
     fp32 = build_learner("sao", tiny_model_path, LearnerConfig())

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from sao_gym.learner.sao import LearnerConfig, build_learner
+from sao_gym.learner.learner import LearnerConfig, build_learner
 from sao_gym.learner.schedule import lr_scale
 from tests.learner.helpers import random_multiturn
 

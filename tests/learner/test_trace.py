@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from sao_gym.learner.sao import LearnerConfig, build_learner
+from sao_gym.learner.learner import LearnerConfig, build_learner
 from tests.learner.helpers import random_batch, sampler_logprobs
 from tests.learner.test_sao import ref_gae
 

@@ -135,14 +135,14 @@ def failed_rollout(seed: int) -> Rollout:
 
 def fake_trainer(total_steps: int, *, stop_at: int | None = None,
                  stop: Any = None) -> Any:
-    """A :class:`~sao_gym.runtime.trainer.Trainer` over these fakes (no checkpoints).
+    """A :class:`~sao_gym.runtime.loop.trainer.Trainer` over these fakes (no checkpoints).
 
     ``stop(trainer)`` is called after learner step ``stop_at``, in the
     learner's thread (as a signal may come: ``os.kill(os.getpid(), SIGINT)``).
     """
     from sao_gym.rollout import run_episode
-    from sao_gym.runtime.source import RolloutSource
-    from sao_gym.runtime.trainer import Trainer
+    from sao_gym.runtime.loop.source import RolloutSource
+    from sao_gym.runtime.loop.trainer import Trainer
 
     backend = token_backend(random.Random(0))
 

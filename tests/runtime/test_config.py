@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from sao_gym.learner.sao import LearnerConfig
-from sao_gym.runtime.config import ConfigError, TrainConfig
-from sao_gym.runtime.loader import load_config, load_recipe, recipe_path, save_config
+from sao_gym.learner.learner import LearnerConfig
+from sao_gym.runtime.config.loader import load_config, load_recipe, recipe_path, save_config
+from sao_gym.runtime.config.schema import ConfigError, TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,7 +183,7 @@ def test_each_inference_backend_has_a_section_of_its_own_keys(tmp_path):
 
 
 def test_the_learner_takes_rays_thread_rule_unless_told():
-    from sao_gym.runtime.ray.learner import learner_threads
+    from sao_gym.runtime.place.ray.learner import learner_threads
 
     threads = {over: learner_threads(load_config(None, list(over)).ray) for over in [
         (), ("ray.learner_num_cpus=0.5",), ("ray.learner_num_cpus=3.7",),
@@ -192,7 +192,7 @@ def test_the_learner_takes_rays_thread_rule_unless_told():
 
 
 def test_ray_shares_servers_between_workers():
-    from sao_gym.runtime.build import backend_factory
+    from sao_gym.runtime.config.build import backend_factory
 
     urls = [f"http://127.0.0.1:{8000 + i}" for i in range(3)]
     cfg = load_config(None, ["runtime=ray", "inference.backend=vllm_server",
@@ -266,7 +266,7 @@ def test_mode_is_the_spelling_of_the_staleness_bound(tmp_path):
 
 
 async def test_a_sync_run_samples_batch_invariant_unless_told_otherwise(tiny_model_path):
-    from sao_gym.runtime.build import rollout_factory, run_parts
+    from sao_gym.runtime.config.build import rollout_factory, run_parts
 
     run = ["env=sao_gym/Arithmetic-v0", "rollout.max_new_tokens=16",
            "rollout.max_context_tokens=256"]

@@ -10,13 +10,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, IM_END, tiny_model
-from sao_gym.runtime.warmstart import (
+from sao_gym.runtime.prepare.conversations import (
     assistant_text,
-    collect_demonstrations,
     load_conversations,
     replay_env_factory,
     replay_oracle,
 )
+from sao_gym.runtime.prepare.demonstrations import collect_demonstrations
 from sao_gym.types import StopReason
 from tests.helpers import mask_runs
 

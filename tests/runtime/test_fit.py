@@ -1,4 +1,4 @@
-"""Fitting a run's null token budgets to demonstrations of its env (sao_gym.runtime.fit)."""
+"""Fitting a run's null token budgets to demonstrations of its env (sao_gym.runtime.prepare.fit)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from sao_gym.runtime.fit import (
+from sao_gym.runtime.plans import Budgets
+from sao_gym.runtime.prepare.fit import (
     FALLBACK_CONTEXT_TOKENS,
     FALLBACK_NEW_TOKENS,
     EpisodeShape,
     fit_budgets,
 )
-from sao_gym.runtime.loader import load_config
 from sao_gym.types import Rollout, StopReason
 
 
@@ -33,9 +33,8 @@ def episode(prompt: int, *turns: tuple[int, int]) -> Rollout:
     return rollout(mask)
 
 
-def null_budgets(*more: str):
-    return load_config(None, ["env=sao_gym/Arithmetic-v0", "rollout.max_new_tokens=null",
-                              "rollout.max_context_tokens=null", *more])
+def null_budgets(new: int | None = None, context: int | None = None) -> Budgets:
+    return Budgets(max_new_tokens=new, max_context_tokens=context)
 
 
 # ----- EpisodeShape ---------------------------------------------------------------------------
@@ -70,41 +69,41 @@ DEMOS = [episode(30, (7, 12), (5, 3)), episode(21, (6, 9))]  # prompt 30, turn 7
 
 
 def test_both_budgets_fitted_to_the_demonstrations():
-    config = null_budgets()
-    fitted, lines = fit_budgets(config, DEMOS, turn_limit=4)
+    given = null_budgets()
+    fitted, lines = fit_budgets(given, DEMOS, turn_limit=4)
     new = max(8, 2 * 7)                                  # 14
     context = 64 * math.ceil((30 + 4 * (14 + 12)) / 64)  # 134 -> 192
     assert (new, context) == (14, 192)
-    assert fitted.rollout.max_new_tokens == new
-    assert fitted.rollout.max_context_tokens == context
+    assert fitted.max_new_tokens == new
+    assert fitted.max_context_tokens == context
     assert lines == [
         "rollout.max_new_tokens = 14 (twice the longest demonstrated turn, 7 tokens)",
         "rollout.max_context_tokens = 192 (the longest prompt, 30 tokens, plus 4 turns of "
         "14 + 12 observation tokens)",
     ]
-    # nothing else changes, and the given config is left as it was
-    assert fitted.rollout.batch_size == config.rollout.batch_size and fitted.env == config.env
-    assert config.rollout.max_new_tokens is None and config.rollout.max_context_tokens is None
+    # nothing else changes, and the given record is left as it was
+    assert fitted.label_smoothing == given.label_smoothing == 0.0
+    assert given.max_new_tokens is None and given.max_context_tokens is None
 
 
 def test_a_short_turn_gets_the_minimum_turn_budget():
     fitted, _ = fit_budgets(null_budgets(), [episode(10, (3, 2))], turn_limit=2)
-    assert fitted.rollout.max_new_tokens == 8  # max(8, 2 * 3)
-    assert fitted.rollout.max_context_tokens == 64  # 64 * ceil((10 + 2 * (8 + 2)) / 64)
+    assert fitted.max_new_tokens == 8  # max(8, 2 * 3)
+    assert fitted.max_context_tokens == 64  # 64 * ceil((10 + 2 * (8 + 2)) / 64)
 
 
 def test_a_context_that_is_a_multiple_of_64_is_not_rounded_up():
     # prompt 4, turn 10 -> new 20, obs 10: 4 + 2 * 30 = 64
     fitted, _ = fit_budgets(null_budgets(), [episode(4, (10, 10))], turn_limit=2)
-    assert (fitted.rollout.max_new_tokens, fitted.rollout.max_context_tokens) == (20, 64)
+    assert (fitted.max_new_tokens, fitted.max_context_tokens) == (20, 64)
 
 
 @pytest.mark.parametrize("positions, context", [(128, 128), (192, 192), (1000, 192),
                                                 (None, 192)])
 def test_the_context_is_capped_at_the_model_positions(positions, context):
     fitted, lines = fit_budgets(null_budgets(), DEMOS, turn_limit=4, model_positions=positions)
-    assert fitted.rollout.max_context_tokens == context
-    assert fitted.rollout.max_new_tokens == 14  # the turn budget is not capped
+    assert fitted.max_context_tokens == context
+    assert fitted.max_new_tokens == 14  # the turn budget is not capped
     capped = "; capped at the model's 128)"
     assert lines[1].endswith(capped) == (context == 128)
     assert lines[1].startswith(f"rollout.max_context_tokens = {context} (")
@@ -113,29 +112,28 @@ def test_the_context_is_capped_at_the_model_positions(positions, context):
 def test_without_a_turn_limit_twice_the_demonstrated_turns_at_least_16():
     fitted, lines = fit_budgets(null_budgets(), DEMOS, turn_limit=None)
     # max(16, 2 * 2) = 16 turns: 30 + 16 * (14 + 12) = 446 -> 448
-    assert fitted.rollout.max_context_tokens == 448
+    assert fitted.max_context_tokens == 448
     assert "plus 16 turns of 14 + 12 observation tokens (no turn limit registered" in lines[1]
     many = [episode(2, *[(1, 1)] * 10)]  # 10 turns: 20 turns of 8 + 1, plus 2 -> 182 -> 192
     fitted, lines = fit_budgets(null_budgets(), many, turn_limit=None)
-    assert (fitted.rollout.max_new_tokens, fitted.rollout.max_context_tokens) == (8, 192)
+    assert (fitted.max_new_tokens, fitted.max_context_tokens) == (8, 192)
     assert "plus 20 turns of 8 + 1 observation tokens" in lines[1]
 
 
 def test_values_the_config_sets_are_kept():
-    both = load_config(None, ["env=sao_gym/Arithmetic-v0", "rollout.max_new_tokens=40",
-                              "rollout.max_context_tokens=300"])
+    both = Budgets(max_new_tokens=40, max_context_tokens=300)
     fitted, lines = fit_budgets(both, DEMOS, turn_limit=4, model_positions=128)
-    assert (fitted.rollout.max_new_tokens, fitted.rollout.max_context_tokens) == (40, 300)
+    assert (fitted.max_new_tokens, fitted.max_context_tokens) == (40, 300)
     assert lines == []
     # a set turn budget is what the fitted context makes room for
-    new_set = null_budgets("rollout.max_new_tokens=40")
+    new_set = null_budgets(new=40)
     fitted, lines = fit_budgets(new_set, DEMOS, turn_limit=4)
-    assert fitted.rollout.max_new_tokens == 40
-    assert fitted.rollout.max_context_tokens == 256  # 30 + 4 * (40 + 12) = 238 -> 256
+    assert fitted.max_new_tokens == 40
+    assert fitted.max_context_tokens == 256  # 30 + 4 * (40 + 12) = 238 -> 256
     assert len(lines) == 1 and lines[0].startswith("rollout.max_context_tokens = 256 (")
-    context_set = null_budgets("rollout.max_context_tokens=100")
+    context_set = null_budgets(context=100)
     fitted, lines = fit_budgets(context_set, DEMOS, turn_limit=4)
-    assert (fitted.rollout.max_new_tokens, fitted.rollout.max_context_tokens) == (14, 100)
+    assert (fitted.max_new_tokens, fitted.max_context_tokens) == (14, 100)
     assert len(lines) == 1 and lines[0].startswith("rollout.max_new_tokens = 14 (")
 
 
@@ -143,11 +141,11 @@ def test_values_the_config_sets_are_kept():
 def test_without_demonstrations_the_fallbacks_apply(demos):
     fitted, lines = fit_budgets(null_budgets(), demos, turn_limit=4)
     assert (FALLBACK_NEW_TOKENS, FALLBACK_CONTEXT_TOKENS) == (256, 2048)
-    assert (fitted.rollout.max_new_tokens, fitted.rollout.max_context_tokens) == (256, 2048)
+    assert (fitted.max_new_tokens, fitted.max_context_tokens) == (256, 2048)
     assert len(lines) == 2
     assert lines[0].startswith("rollout.max_new_tokens = 256 (no demonstrations to fit to")
     assert lines[1].startswith("rollout.max_context_tokens = 2048 (no demonstrations to fit to")
     # the fallback context is capped like a fitted one
     fitted, lines = fit_budgets(null_budgets(), demos, turn_limit=4, model_positions=1024)
-    assert fitted.rollout.max_context_tokens == 1024
+    assert fitted.max_context_tokens == 1024
     assert lines[1].endswith("; capped at the model's 1024)")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from sao_gym.runtime.fit import SAMPLED_SUCCESS, fit_label_smoothing
-from sao_gym.runtime.loader import load_config
+from sao_gym.runtime.plans import Budgets
+from sao_gym.runtime.prepare.fit import SAMPLED_SUCCESS, fit_label_smoothing
 from sao_gym.types import Rollout, StopReason
 
 
@@ -16,31 +16,30 @@ def rollout(action_tokens: int, reward: float = 1.0) -> Rollout:
                    env_id="e", task_id="t", seed=0)
 
 
-def config(*sets):
-    return load_config(None, ["env=sao_gym/Arithmetic-v0", "warm_start.steps=10", *sets])
+def budgets(label_smoothing: float | None) -> Budgets:
+    return Budgets(max_new_tokens=32, max_context_tokens=512, label_smoothing=label_smoothing)
 
 
 def test_null_label_smoothing_leaves_a_perfect_imitator_the_target_sampled_success():
     for n in (4, 18, 80):
-        fitted, lines = fit_label_smoothing(config("warm_start.label_smoothing=null"),
+        fitted, lines = fit_label_smoothing(budgets(None),
                                             [rollout(n), rollout(n)])
-        eps = fitted.warm_start.label_smoothing
+        eps = fitted.label_smoothing
         assert (1 - eps) ** n == pytest.approx(SAMPLED_SUCCESS, rel=1e-3)
         assert len(lines) == 1 and f"label_smoothing = {eps}" in lines[0]
     # hand value: 18 tokens -> 1 - 0.15 ** (1 / 18)
-    fitted, _ = fit_label_smoothing(config("warm_start.label_smoothing=null"), [rollout(18)])
-    assert fitted.warm_start.label_smoothing == pytest.approx(0.1001, abs=1e-4)
+    fitted, _ = fit_label_smoothing(budgets(None), [rollout(18)])
+    assert fitted.label_smoothing == pytest.approx(0.1001, abs=1e-4)
 
 
 def test_the_mean_length_of_rewarded_demonstrations_counts():
     demos = [rollout(10), rollout(30), rollout(500, reward=0.0)]
-    fitted, _ = fit_label_smoothing(config("warm_start.label_smoothing=null"), demos)
-    assert fitted.warm_start.label_smoothing == pytest.approx(1 - SAMPLED_SUCCESS ** (1 / 20),
+    fitted, _ = fit_label_smoothing(budgets(None), demos)
+    assert fitted.label_smoothing == pytest.approx(1 - SAMPLED_SUCCESS ** (1 / 20),
                                                               abs=1e-4)
 
 
 def test_a_set_value_no_warm_start_or_no_demonstrations_change_nothing():
-    for cfg, demos in ((config("warm_start.label_smoothing=0.05"), [rollout(9)]),
-                       (config("warm_start.label_smoothing=null"), []),
-                       (load_config(None, ["env=sao_gym/Arithmetic-v0"]), [rollout(9)])):
-        assert fit_label_smoothing(cfg, demos) == (cfg, [])
+    for given, demos in ((budgets(0.05), [rollout(9)]), (budgets(None), []),
+                         (budgets(0.0), [rollout(9)])):  # 0.0: a run without a warm start
+        assert fit_label_smoothing(given, demos) == (given, [])

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from sao_gym.logging import read_metrics
-from sao_gym.runtime.checkpoint import CheckpointManager
+from sao_gym.runtime.loop.checkpoint import CheckpointManager
 from tests.runtime.test_job import SMALL, _train_cmd, _wait_for_steps
 
 

@@ -202,7 +202,7 @@ def test_the_archive_is_not_git_ignored():
 
 def test_an_interrupted_warm_start_is_resumed_and_a_bare_one_made_anew(study, tmp_path,
                                                                        monkeypatch):
-    from sao_gym.runtime.job import DEMONSTRATIONS, WARM_STATE
+    from sao_gym.runtime.prepare.start import DEMONSTRATIONS, WARM_STATE
 
     calls: list[list[str]] = []
     monkeypatch.setattr(study.ls, "sao_gym", lambda args, logfile: calls.append(args))

@@ -11,8 +11,8 @@ import pytest
 from sao_gym.cli import main
 from sao_gym.logging import read_metrics
 from sao_gym.rollout_store import RolloutReader
-from sao_gym.runtime.checkpoint import CheckpointManager
-from sao_gym.runtime.loader import recipe_path
+from sao_gym.runtime.config.loader import recipe_path
+from sao_gym.runtime.loop.checkpoint import CheckpointManager
 
 SMALL = ["--set", "rollout.concurrency=2", "--set", "rollout.max_new_tokens=8",
          "--set", "rollout.max_episode_steps=2", "--set", "rollout.batch_size=1",
@@ -257,10 +257,8 @@ def fake_job(monkeypatch):
     from sao_gym.runtime import job
 
     trainers, evaluated = [], []
-    monkeypatch.setattr(job, "build_trainer", lambda *a, **k: trainers[-1])
-    for name in ("evaluate", "evaluate_policy"):  # the job's evaluation, whichever it has
-        monkeypatch.setattr(job, name, lambda *a, **k: evaluated.append(a) or dict(SUMMARY),
-                            raising=False)
+    monkeypatch.setattr(job, "place", lambda *a, **k: trainers[-1])
+    monkeypatch.setattr(job, "evaluate", lambda *a, **k: evaluated.append(a) or dict(SUMMARY))
     monkeypatch.setattr(job, "_plots", lambda run_dir: [])
     return trainers, evaluated
 
@@ -270,8 +268,9 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
     import os
 
     from sao_gym.cli.train import print_result
+    from sao_gym.runtime.config.build import train_plan
+    from sao_gym.runtime.config.loader import load_config
     from sao_gym.runtime.job import train
-    from sao_gym.runtime.loader import load_config
     from tests.runtime.fakes import fake_trainer
 
     trainers, evaluated = fake_job
@@ -280,7 +279,7 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
     config = load_config(None, ["env=sao_gym/Arithmetic-v0", "warm_start=null",
                                 "eval.episodes=2", "total_steps=50", f"model={tiny_model_path}"])
     said = []
-    result = train(config, tmp_path / "run", say=said.append)
+    result = train(train_plan(config), tmp_path / "run", say=said.append)
     n = trainers[0].learner.steps_done
     assert result["interrupted"] and result["steps_done"] == n and result["total_steps"] == 50
     assert len(evaluated) == 1 and "eval_after" not in result  # the starting model only
@@ -293,7 +292,7 @@ def test_an_interrupted_run_says_at_which_step_and_claims_no_gain(tmp_path, tiny
 
 def test_resume_says_from_which_step_and_checkpoint(tmp_path, tiny_model_path, fake_job,
                                                     capsys):
-    from sao_gym.runtime.loader import load_config, save_config
+    from sao_gym.runtime.config.loader import load_config, save_config
     from tests.runtime.fakes import fake_trainer
 
     trainers, _ = fake_job
@@ -322,17 +321,18 @@ class _Unreachable(__import__("sao_gym").AgentEnv):
 def test_an_evaluation_where_every_episode_failed_stops_the_job(tmp_path, tiny_model_path):
     """No result is written for it: a success rate of 0 over no episode would be a lie."""
     import sao_gym
+    from sao_gym.runtime.config.build import eval_plan, train_plan
+    from sao_gym.runtime.config.loader import load_config
     from sao_gym.runtime.job import evaluate, train
-    from sao_gym.runtime.loader import load_config
-    from sao_gym.runtime.source import RolloutsFailing
+    from sao_gym.runtime.loop.source import RolloutsFailing
 
     sao_gym.register("test/Unreachable-v0", _Unreachable, max_episode_steps=2)
     config = load_config(None, ["env=test/Unreachable-v0", "env_kwargs={}", "warm_start=null",
                                 "eval.episodes=3", "total_steps=2", f"model={tiny_model_path}"])
     with pytest.raises(RolloutsFailing, match=r"all 3 episodes failed \(\{'env_error': 3\}\)"):
-        evaluate(config, tiny_model_path)
+        evaluate(eval_plan(config), tiny_model_path)
     with pytest.raises(RolloutsFailing, match="all 3 episodes failed"):
-        train(config, tmp_path / "run", say=lambda text: None)
+        train(train_plan(config), tmp_path / "run", say=lambda text: None)
     assert not (tmp_path / "run" / "eval_before.json").exists()
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
@@ -350,3 +350,40 @@ def test_progress_lines_says_how_far_an_evaluation_is_at_each_eighth():
     assert said[0].startswith("  evaluated 2/16 episodes: success 0.500 (")
     assert said[1].startswith("  evaluated 4/16 episodes: success 0.667, 1 infra failures (")
     assert said[-1].startswith("  evaluated 14/16 episodes: success 0.538, 1 infra failures")
+
+
+@pytest.mark.parametrize("runtime", ["local", "ray"])
+def test_a_dead_rank_rebuilds_the_run_the_same_way_on_either_runtime(tmp_path, tiny_model_path,
+                                                                      fake_job, monkeypatch,
+                                                                      runtime):
+    """RankDied, from a local rank group or Ray actors, goes through one restart path:
+    the run is placed again with resume=True, up to plan.restarts times, then it raises."""
+    import dataclasses
+
+    from sao_gym.learner.ranks import RankDied, rank_died
+    from sao_gym.runtime import job
+    from sao_gym.runtime.config.build import train_plan
+    from sao_gym.runtime.config.loader import load_config
+    from tests.runtime.fakes import fake_trainer
+
+    class Dying:
+        learner = type("L", (), {"steps_done": 0})()
+
+        def run(self):
+            raise rank_died(1, 4242, "exit code -9", tmp_path / "run")
+
+    config = load_config(None, ["env=sao_gym/Arithmetic-v0", "warm_start=null",
+                                f"runtime={runtime}", "eval.episodes=0", "total_steps=2",
+                                f"model={tiny_model_path}"])
+    plan = dataclasses.replace(train_plan(config), restarts=1)
+    placed, queue = [], [Dying(), fake_trainer(2)]
+    monkeypatch.setattr(job, "place", lambda *a, **k: placed.append(k["resume"]) or queue.pop(0))
+    said = []
+    result = job.train(plan, tmp_path / "run", say=said.append)
+    assert placed == [False, True] and result["steps_done"] == 2
+    assert any("learner rank 1 (pid 4242) died: exit code -9: restarting from the last "
+               "checkpoint (0 restart(s) left)" in line for line in said), said
+    queue[:], placed[:] = [Dying(), Dying()], []
+    with pytest.raises(RankDied, match=r"learner rank 1 \(pid 4242\) died.*--resume"):
+        job.train(plan, tmp_path / "run2", say=said.append)
+    assert placed == [False, True]  # one restart, then the error

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from sao_gym.logging import read_metrics
-from sao_gym.runtime.job import build_trainer
-from sao_gym.runtime.loader import load_config
+from sao_gym.runtime.config.build import build_trainer
+from sao_gym.runtime.config.loader import load_config
 from tests.processes import alive, command_line, descendants, server_processes, wait_until
 
 ray = pytest.importorskip("ray")
@@ -37,7 +37,7 @@ SMALL = ["env=sao_gym/Arithmetic-v0", "rollout.batch_size=4", "rollout.max_new_t
 
 @pytest.fixture(scope="module")
 def cluster():
-    from sao_gym.runtime.ray.cluster import connect, local_cluster
+    from sao_gym.runtime.place.ray.cluster import connect, local_cluster
 
     c = local_cluster(2, num_cpus=2, object_store_memory_mb=150)
     connect(c.address)
@@ -50,7 +50,7 @@ def cluster():
 def model(tmp_path_factory) -> str:
     """The demo's tiny model (0.5M parameters): the tests check mechanics, not learning."""
     from sao_gym.models import tiny_model
-    from sao_gym.runtime.loader import load_recipe
+    from sao_gym.runtime.config.loader import load_recipe
 
     return tiny_model(str(tmp_path_factory.mktemp("ray_model")),
                       **load_recipe("demo").model_options)
@@ -130,7 +130,7 @@ def test_two_workers_and_a_learner_train_20_steps_on_two_nodes(cluster, model,
 
 def test_a_killed_rollout_worker_is_restarted_and_nothing_counts_twice(cluster, model,
                                                                        tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="sao_gym.runtime.ray.pool")
+    caplog.set_level(logging.WARNING, logger="sao_gym.runtime.place.ray.pool")
     run = tmp_path / "run"
     killed: dict[str, int] = {}
 

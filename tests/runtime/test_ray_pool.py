@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from sao_gym.runtime.ray.pool import NoWorkersLeft, WorkerPool
+from sao_gym.runtime.place.ray.pool import NoWorkersLeft, WorkerPool
 from sao_gym.types import Rollout, StopReason
 
 

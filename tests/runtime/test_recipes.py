@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from sao_gym.cli.train import default_recipe
-from sao_gym.runtime.loader import load_recipe, recipe_path
+from sao_gym.runtime.config.loader import load_recipe, recipe_path
 
 DEMO_CHOICES = {"env", "env_kwargs", "rollout.max_new_tokens", "rollout.max_context_tokens",
                 "rollout.max_episode_steps"}

@@ -17,7 +17,7 @@ from sao_gym.rollout_store import (
     check_split,
     rollout_record,
 )
-from sao_gym.runtime.recorder import RolloutRecorder
+from sao_gym.runtime.loop.recorder import RolloutRecorder
 from sao_gym.types import Rollout, StopReason
 
 

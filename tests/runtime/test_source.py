@@ -12,8 +12,8 @@ import random
 import pytest
 
 from sao_gym.rollout import run_episode
-from sao_gym.runtime.source import RolloutSource
-from sao_gym.runtime.trainer import Trainer
+from sao_gym.runtime.loop.source import RolloutSource
+from sao_gym.runtime.loop.trainer import Trainer
 from tests.runtime.fakes import FakeLearner, LatencyEnv, ListSink, TokenAgent, token_backend
 
 
@@ -152,7 +152,7 @@ async def test_sync_bound_zero_trains_only_fresh_rollouts_with_nothing_running()
 
 
 async def test_each_episode_samples_with_its_own_seed_of_run_task_member_and_attempt():
-    from sao_gym.runtime.source import episode_seed
+    from sao_gym.runtime.loop.source import episode_seed
     from tests.runtime.fakes import failed_rollout
 
     async def collect(sample_seed: int, first_task: int) -> list[tuple[int, int]]:

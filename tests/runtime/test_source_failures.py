@@ -9,8 +9,8 @@ import random
 import pytest
 
 from sao_gym.inference.scripted import ScriptedBackend
-from sao_gym.runtime.source import RolloutsFailing, RolloutSource
-from sao_gym.runtime.trainer import Trainer, without_empty_groups
+from sao_gym.runtime.loop.source import RolloutsFailing, RolloutSource
+from sao_gym.runtime.loop.trainer import Trainer, without_empty_groups
 from sao_gym.types import Rollout, StopReason
 from tests.runtime.fakes import FakeLearner, ListSink, failed_rollout
 

@@ -16,8 +16,8 @@ import sao_gym
 from sao_gym.envs.arithmetic.env import ArithmeticEnv
 from sao_gym.logging import read_metrics
 from sao_gym.rollout_store import RolloutReader
-from sao_gym.runtime.job import build_trainer
-from sao_gym.runtime.loader import load_config
+from sao_gym.runtime.config.build import build_trainer
+from sao_gym.runtime.config.loader import load_config
 from tests.runtime.fakes import fake_trainer
 
 _FLAKY_RNG = random.Random(1234)  # shared: each episode gets a fresh env

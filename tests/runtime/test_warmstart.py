@@ -17,16 +17,11 @@ import sao_gym
 from sao_gym.agents import LLMAgent, parse_tool_calls
 from sao_gym.envs.arithmetic.oracle import arithmetic_oracle
 from sao_gym.inference import ScriptedBackend
+from sao_gym.learner.sft import SFTSettings, SFTStep, demonstration_loss, sft
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, load_policy, tiny_model
-from sao_gym.runtime.warmstart import (
-    SFTStep,
-    acollect_demonstrations,
-    collect_demonstrations,
-    demonstration_loss,
-    sft,
-)
+from sao_gym.runtime.prepare.demonstrations import acollect_demonstrations, collect_demonstrations
 from sao_gym.types import StopReason
-from tests.helpers import mask_runs
+from tests.helpers import mask_runs, run_sft
 
 ENV_ID = "sao_gym/Arithmetic-v0"
 IM_END = "<|im_end|>"
@@ -210,7 +205,7 @@ def test_sft_learns_the_demonstrations(small_model, tok, demos, tmp_path):
     before = demonstration_loss(base, demos[:2], pad_id=tok.pad_token_id)
     log: list[SFTStep] = []
     train = demos[:2]
-    out = sft(small_model, train, out_dir=tmp_path / "warm", steps=40, lr=3e-3, batch_size=2,
+    out = run_sft(small_model, train, out_dir=tmp_path / "warm", steps=40, lr=3e-3, batch_size=2,
               seed=0, callback=log.append)
     assert out == str(tmp_path / "warm")
     assert [s.step for s in log] == list(range(1, 41))
@@ -234,7 +229,7 @@ def test_sft_learns_the_demonstrations(small_model, tok, demos, tmp_path):
 
 def test_sequence_success_is_the_probability_of_each_demonstration(small_model, tok, demos):
     from sao_gym.learner.batching import token_logprobs
-    from sao_gym.runtime.warmstart import sequence_success
+    from sao_gym.learner.sft import sequence_success
 
     model, _ = load_policy(small_model)
     expected = []
@@ -250,7 +245,7 @@ def test_sequence_success_is_the_probability_of_each_demonstration(small_model, 
 
 
 def test_greedy_holdout_success_is_the_share_reproduced_by_argmax(small_model, tok, demos):
-    from sao_gym.runtime.warmstart import holdout_success
+    from sao_gym.learner.sft import holdout_success
 
     model, _ = load_policy(small_model)
     expected = []
@@ -276,11 +271,11 @@ def test_greedy_holdout_success_is_the_share_reproduced_by_argmax(small_model, t
 
 
 def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos, tmp_path):
-    from sao_gym.runtime.warmstart import sequence_success
+    from sao_gym.learner.sft import sequence_success
 
     log: list[SFTStep] = []
     kw = {"steps": 60, "lr": 3e-3, "batch_size": 2, "seed": 0, "check_every": 5}
-    out = sft(small_model, demos[:2], out_dir=tmp_path / "a", holdout=demos[:2],
+    out = run_sft(small_model, demos[:2], out_dir=tmp_path / "a", holdout=demos[:2],
               target_success=0.5, callback=log.append, **kw)
     checks = [s for s in log if s.holdout_success is not None]
     assert [s.step for s in checks] == list(range(5, log[-1].step + 1, 5))
@@ -293,7 +288,7 @@ def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos,
     assert all(0 <= s.holdout_greedy <= 1 for s in checks)
     # a greedy target stops on the greedy estimate
     log.clear()
-    sft(small_model, demos[:2], out_dir=tmp_path / "g", holdout=demos[:2], target_success=1.0,
+    run_sft(small_model, demos[:2], out_dir=tmp_path / "g", holdout=demos[:2], target_success=1.0,
         target_metric="greedy", callback=log.append, **kw)
     checks = [s for s in log if s.holdout_success is not None]
     assert checks[-1].holdout_greedy == checks[-1].holdout_success == 1.0 and log[-1].step < 60
@@ -302,33 +297,34 @@ def test_sft_stops_early_at_the_target_held_out_success(small_model, tok, demos,
     # ... and a sampled floor holds it until sampling reaches the floor too
     greedy_stop, floor = log[-1].step, checks[-1].holdout_sampled + 0.05
     log.clear()
-    sft(small_model, demos[:2], out_dir=tmp_path / "f", holdout=demos[:2], target_success=1.0,
+    run_sft(small_model, demos[:2], out_dir=tmp_path / "f", holdout=demos[:2], target_success=1.0,
         target_metric="greedy", min_sampled=floor, callback=log.append, **kw)
     checks = [s for s in log if s.holdout_success is not None]
     assert log[-1].step > greedy_stop and log[-1].reached and log[-1].step < 60
     assert checks[-1].holdout_greedy == 1.0 and checks[-1].holdout_sampled >= floor
     assert not any(s.holdout_greedy == 1.0 and s.holdout_sampled >= floor for s in checks[:-1])
     with pytest.raises(ValueError, match="min_sampled"):
-        sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
+        run_sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
             target_success=0.5, min_sampled=1.5, **kw)
     with pytest.raises(ValueError, match="target_metric"):
-        sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
+        run_sft(small_model, demos[:2], out_dir=tmp_path / "x", holdout=demos[:2],
             target_success=0.5, target_metric="beam", **kw)
     # an unreachable target runs every step; no target, no checks
     log.clear()
-    sft(small_model, demos[:2], out_dir=tmp_path / "b", holdout=demos[2:], target_success=1.0,
+    run_sft(small_model, demos[:2], out_dir=tmp_path / "b", holdout=demos[2:], target_success=1.0,
         callback=log.append, **{**kw, "steps": 6})
     assert [s.step for s in log if s.holdout_success is not None] == [5, 6]
     log.clear()
-    sft(small_model, demos[:2], out_dir=tmp_path / "c", callback=log.append, **{**kw, "steps": 3})
+    run_sft(small_model, demos[:2], out_dir=tmp_path / "c", callback=log.append,
+            **{**kw, "steps": 3})
     assert len(log) == 3 and all(s.holdout_success is None for s in log)
 
 
 def test_sft_is_deterministic_for_a_seed(small_model, demos, tmp_path):
     kw = {"steps": 3, "lr": 1e-3, "batch_size": 2}
-    a = _weights(sft(small_model, demos, out_dir=tmp_path / "a", seed=1, **kw))
-    b = _weights(sft(small_model, demos, out_dir=tmp_path / "b", seed=1, **kw))
-    c = _weights(sft(small_model, demos, out_dir=tmp_path / "c", seed=2, **kw))
+    a = _weights(run_sft(small_model, demos, out_dir=tmp_path / "a", seed=1, **kw))
+    b = _weights(run_sft(small_model, demos, out_dir=tmp_path / "b", seed=1, **kw))
+    c = _weights(run_sft(small_model, demos, out_dir=tmp_path / "c", seed=2, **kw))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a)  # another data order
 
@@ -337,30 +333,30 @@ def test_sft_leaves_the_global_rng_alone(small_model, demos, tmp_path):
     torch.manual_seed(5)
     expected = torch.rand(2)
     torch.manual_seed(5)
-    sft(small_model, demos, out_dir=tmp_path / "w", steps=1, lr=1e-3, batch_size=1)
+    run_sft(small_model, demos, out_dir=tmp_path / "w", steps=1, lr=1e-3, batch_size=1)
     assert torch.equal(torch.rand(2), expected)
 
 
 def test_sft_rejects_bad_input(small_model, demos, tmp_path):
     with pytest.raises(ValueError, match="no demonstrations"):
-        sft(small_model, [], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
+        run_sft(small_model, [], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
     with pytest.raises(ValueError, match="steps >= 1"):
-        sft(small_model, demos, out_dir=tmp_path / "x", steps=0, lr=1e-3, batch_size=1)
+        run_sft(small_model, demos, out_dir=tmp_path / "x", steps=0, lr=1e-3, batch_size=1)
     with pytest.raises(ValueError, match="steps >= 1"):
-        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=0.0, batch_size=1)
+        run_sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=0.0, batch_size=1)
     no_actions = type(demos[0])(**{**demos[0].__dict__, "loss_mask": [0] * len(demos[0].loss_mask)})
     with pytest.raises(ValueError, match="no action tokens"):
-        sft(small_model, [no_actions], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
+        run_sft(small_model, [no_actions], out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1)
     with pytest.raises(ValueError, match="no demonstrations"):
         demonstration_loss(torch.nn.Linear(1, 1), [])
     with pytest.raises(ValueError, match="needs holdout"):
-        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
+        run_sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
             target_success=0.5)
     with pytest.raises(ValueError, match="target_success"):
-        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
+        run_sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
             holdout=demos, target_success=1.5)
     with pytest.raises(ValueError, match="label_smoothing"):
-        sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
+        run_sft(small_model, demos, out_dir=tmp_path / "x", steps=1, lr=1e-3, batch_size=1,
             label_smoothing=1.0)
     assert not (tmp_path / "x").exists()
 
@@ -382,7 +378,7 @@ def test_label_smoothing_keeps_the_policy_spread(small_model, tok, demos, tmp_pa
     logs = {}
     for eps in (0.0, 0.3):
         log: list[SFTStep] = []
-        out = sft(small_model, train, out_dir=tmp_path / f"ls{eps}", steps=30, lr=3e-3,
+        out = run_sft(small_model, train, out_dir=tmp_path / f"ls{eps}", steps=30, lr=3e-3,
                   batch_size=2, seed=0, label_smoothing=eps, callback=log.append)
         logs[eps] = (log, _action_entropy(out, train, tok.pad_token_id))
     (plain_log, plain_h), (smooth_log, smooth_h) = logs[0.0], logs[0.3]
@@ -391,21 +387,34 @@ def test_label_smoothing_keeps_the_policy_spread(small_model, tok, demos, tmp_pa
     assert smooth_log[0].loss == pytest.approx(plain_log[0].loss, rel=1e-6)
 
 
+def test_sft_takes_one_settings_record_and_checks_it(small_model, demos, tmp_path):
+    with pytest.raises(TypeError, match="SFTSettings"):
+        sft(small_model, demos, {"steps": 1, "lr": 1e-3, "batch_size": 1}, out_dir=tmp_path)
+    settings = SFTSettings(steps=2, lr=1e-3, batch_size=1, seed=3)
+    log: list[SFTStep] = []
+    sft(small_model, demos, settings, out_dir=tmp_path / "w", callback=log.append)
+    assert [s.step for s in log] == [1, 2]
+    for bad, match in (({"check_every": 0}, "check_every"),
+                       ({"min_sampled": -0.1}, "min_sampled"),
+                       ({"batch_size": 0}, "batch_size >= 1")):
+        with pytest.raises(ValueError, match=match):
+            SFTSettings(**{"steps": 1, "lr": 1e-3, "batch_size": 1, **bad})
+
+
 # ------------------------------------------------------------------ the train job's warm start
 def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
-    """`warm_start` binds the oracle options, seeds and batch size from the config."""
+    """The builder's plan binds the oracle options, seeds and batch size from the config,
+    and the warm start gets them as one settings record."""
     from sao_gym.learner import sft as sft_module
-    from sao_gym.runtime import job as train_main
-    from sao_gym.runtime.loader import load_config
+    from sao_gym.runtime.config.build import prepare_plan
+    from sao_gym.runtime.config.loader import load_config
+    from sao_gym.runtime.prepare import start
 
     seen = {}
 
-    def fake_sft(base, demos, *, out_dir, steps, lr, batch_size, warmup_steps, seed, callback,
-                 label_smoothing, holdout, target_success, target_metric, min_sampled,
-                 state_dir, save_every_s):
-        seen.update(base=base, demos=demos, steps=steps, lr=lr, batch_size=batch_size, seed=seed,
-                    holdout=holdout, target=target_success, metric=target_metric,
-                    floor=min_sampled, state_dir=state_dir)
+    def fake_sft(base, demos, settings, *, out_dir, holdout, callback, state_dir):
+        seen.update(base=base, demos=demos, settings=settings, holdout=holdout,
+                    state_dir=state_dir)
         Path(out_dir).mkdir(parents=True)
         return str(out_dir)
 
@@ -417,27 +426,29 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
                              "warm_start.min_sampled_success=0.05",
                              "env_kwargs={max_value: 5}", "rollout.max_new_tokens=24",
                              "rollout.max_context_tokens=512", f"model={small_model}"])
-    fitted, out = train_main.prepare(cfg, tmp_path)
-    assert out == str(tmp_path / "model" / "warm_start")
-    assert fitted == cfg  # budgets set: nothing to fit
-    assert load_config(tmp_path / "config.yaml") == cfg
-    assert (seen["steps"], seen["lr"], seen["batch_size"], seen["seed"]) == (7, 0.01, 3, 4)
+    plan = prepare_plan(cfg)
+    saved = []
+    begin = start.prepare(plan, tmp_path, save=saved.append)
+    assert begin.policy == str(tmp_path / "model" / "warm_start")
+    assert saved == [begin.budgets] == [plan.budgets]  # budgets set: nothing to fit
+    s = seen["settings"]
+    assert (s.steps, s.lr, s.batch_size, s.seed, s.warmup_steps) == (7, 0.01, 3, 4, 0)
     demos = seen["demos"]
     assert len(demos) == 6 and all(r.reward == 1.0 for r in demos)
     # direct_rate 1: every demonstration submits at once, without the calculator
     assert all(r.metrics["turns"] == 1 for r in demos)
     assert all(int(n) <= 5 for r in demos for n in re.findall(r"\d+", r.task_id))
     # the early stop sees rewarded demonstrations of other episodes (other env seeds)
-    assert seen["target"] == 0.7 and seen["metric"] == "greedy" and len(seen["holdout"]) == 5
-    assert seen["floor"] == 0.05
+    assert s.target_success == 0.7 and s.target_metric == "greedy" and len(seen["holdout"]) == 5
+    assert s.min_sampled == 0.05
     # the warm start keeps its state where --resume looks, and deletes it once done
-    assert seen["state_dir"] == tmp_path / "model" / train_main.WARM_STATE
+    assert seen["state_dir"] == tmp_path / "model" / start.WARM_STATE
     assert not seen["state_dir"].exists()
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 
 
 def test_oracle_for_finds_registered_oracles_and_rejects_options_without_one():
-    from sao_gym.runtime.build import SetupError, oracle_for
+    from sao_gym.runtime.config.build import SetupError, oracle_for
 
     assert oracle_for("sao_gym/HeavyTail-v0") is None
     with pytest.raises(SetupError, match="registers no oracle"):

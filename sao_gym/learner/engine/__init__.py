@@ -171,9 +171,5 @@ def rank_device(device: str) -> str:
     return f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if device == "cuda" else device
 
 
-ENGINES = {"local": local_engine, "fsdp": fsdp_engine}
-"""``learner.engine`` -> ``(model, config, lr, *, lora) -> Engine``."""
-
-
-__all__ = ["ENGINES", "SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup",
+__all__ = ["SINGLE", "Engine", "LocalEngine", "RankGroup", "TorchRankGroup",
            "fsdp_engine", "local_engine", "rank_device"]

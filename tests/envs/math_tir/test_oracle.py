@@ -18,8 +18,8 @@ from sao_gym.envs.math_tir.oracle import arithmetic_tool_oracle, question_expres
 from sao_gym.envs.math_tir.verify import grade_math
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
 from sao_gym.registration import env_oracle
-from sao_gym.runtime.build import oracle_for
-from sao_gym.runtime.warmstart import collect_demonstrations
+from sao_gym.runtime.config.build import oracle_for
+from sao_gym.runtime.prepare.demonstrations import collect_demonstrations
 from sao_gym.types import StopReason
 from tests.sandbox.conftest import backend_class
 

@@ -6,7 +6,7 @@ everything the staleness bound depends on (running episodes *and* finished
 ones waiting to be trained), so the rule lives here whole.
 
 **The clock** is the policy version: the optimizer steps that changed the
-served weights (:attr:`~sao_gym.learner.sao.Learner.policy_version`). The
+served weights (:attr:`~sao_gym.learner.learner.Learner.policy_version`). The
 source learns it from :meth:`step_done` after each learner step.
 
 **The rule.** With ``k = max_staleness``, every action token of every batch

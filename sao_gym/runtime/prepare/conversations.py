@@ -3,7 +3,7 @@
 An environment without an oracle can still be warm-started from recorded
 conversations (``warm_start.demonstrations: PATH``, a JSONL file):
 :func:`load_conversations` reads and checks them, and
-:func:`~sao_gym.runtime.warmstart.collect_demonstrations` plays each one
+:func:`~sao_gym.runtime.prepare.demonstrations.collect_demonstrations` plays each one
 through the agent with :func:`replay_env_factory`'s environments and
 :func:`replay_oracle`, the same path an oracle's episodes take, so the
 resulting rollouts have exactly the token layout RL produces.

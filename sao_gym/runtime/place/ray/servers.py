@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sao_gym.inference.launch import LaunchError
-from sao_gym.runtime.ray.cluster import actor_threads
+from sao_gym.runtime.place.ray.cluster import actor_threads
 from sao_gym.utils.restarts import GivenUp, Restarts
 
 logger = logging.getLogger(__name__)

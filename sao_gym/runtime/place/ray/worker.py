@@ -4,7 +4,7 @@ A :class:`RolloutWorker` calls the run's rollout factory
 (:class:`~sao_gym.runtime.parts.RolloutFactory`, with this worker's share of
 the servers) as one process of ``runtime: local`` does: its environments,
 its inference backend (in-process, or clients to inference servers) and its
-agents. The driver's :class:`~sao_gym.runtime.ray.pool.WorkerPool`
+agents. The driver's :class:`~sao_gym.runtime.place.ray.pool.WorkerPool`
 calls :meth:`RolloutWorker.play` for each episode the rollout source
 admits (many at once: Ray runs an async actor's calls concurrently on its
 loop) and :meth:`RolloutWorker.update_weights` for every new policy version.
@@ -65,7 +65,7 @@ class RolloutWorker:
         self.episodes = 0
         launcher = None
         if spec.server_actors is not None:  # servers as actors this worker owns
-            from sao_gym.runtime.ray.servers import RayServers
+            from sao_gym.runtime.place.ray.servers import RayServers
 
             launcher = functools.partial(RayServers, num_cpus=spec.server_actors[0],
                                          num_gpus=spec.server_actors[1])

@@ -1,18 +1,18 @@
-"""``runtime: ray``: the run's :class:`~sao_gym.runtime.trainer.Trainer` over Ray actors.
+"""``runtime: ray``: the run's :class:`~sao_gym.runtime.loop.trainer.Trainer` over Ray actors.
 
 What runs where:
 
 - the **driver** (the ``sao-gym train`` process): the trainer loop, the one
-  :class:`~sao_gym.runtime.source.RolloutSource` (admission and the
+  :class:`~sao_gym.runtime.loop.source.RolloutSource` (admission and the
   staleness bound), the metric sinks and the :class:`WorkerPool`;
 - ``ray.rollout_workers`` **rollout workers**
-  (:class:`~sao_gym.runtime.ray.worker.RolloutWorker`, spread over the
+  (:class:`~sao_gym.runtime.place.ray.worker.RolloutWorker`, spread over the
   nodes), each with its own environments, agents and backend: in-process
   (``hf``, ``vllm``), or clients of its share of the inference servers
   (``vllm_server``: ``inference.urls`` dealt round-robin, or
   ``inference.launch`` servers started by the workers, the same number on each,
   as child processes or, with ``ray.server_actors``, as actors of their own);
-- the **learner** (:class:`~sao_gym.runtime.ray.learner.LearnerService`):
+- the **learner** (:class:`~sao_gym.runtime.place.ray.learner.LearnerService`):
   one actor, or ``learner.ranks`` actors in one process group for
   ``learner.engine: fsdp``; it also writes the checkpoints.
 
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sao_gym.runtime.config import ConfigError
+from sao_gym.runtime.config.schema import ConfigError
 from sao_gym.runtime.parts import RunParts
 
 logger = logging.getLogger(__name__)
@@ -43,17 +43,17 @@ WORKER_SEED_STRIDE = 1_000_003
 
 def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                 resume: bool = False, sinks: Sequence[Any] = ()) -> Any:
-    """A :class:`~sao_gym.runtime.trainer.Trainer` whose parts are Ray actors (module docs).
+    """A :class:`~sao_gym.runtime.loop.trainer.Trainer` whose parts are Ray actors (module docs).
 
     Connects to Ray (``parts.ray.address``; a local instance on 127.0.0.1 when
     null, shut down when the trainer closes), ships the learner factory to the
     learner actor and the rollout factory to each rollout worker, and waits
     until each is ready (``ray.startup_timeout_s``).
     """
-    from sao_gym.runtime.checkpoint import CheckpointManager
-    from sao_gym.runtime.ray.cluster import connect
-    from sao_gym.runtime.ray.learner import RemoteCheckpointer
-    from sao_gym.runtime.trainer import Trainer
+    from sao_gym.runtime.loop.checkpoint import CheckpointManager
+    from sao_gym.runtime.loop.trainer import Trainer
+    from sao_gym.runtime.place.ray.cluster import connect
+    from sao_gym.runtime.place.ray.learner import RemoteCheckpointer
 
     rc = parts.ray
     try:  # a bad server share fails before Ray starts
@@ -103,7 +103,12 @@ def _start_learner(parts: RunParts, policy_path: str, run_dir: Path,
     """The learner's actors (``learner.ranks`` of them for ``engine: fsdp``), started."""
     import ray
 
-    from sao_gym.runtime.ray.learner import LearnerService, RemoteLearner, learner_threads
+    from sao_gym.runtime.place.ray.learner import (
+        ActorRanks,
+        LearnerService,
+        RemoteLearner,
+        learner_threads,
+    )
 
     rc = parts.ray
     ranks = parts.learner.config.ranks
@@ -130,16 +135,16 @@ def _start_learner(parts: RunParts, policy_path: str, run_dir: Path,
     info = infos[0]
     logger.info("learner up: %d rank(s) (pids %s, %d torch threads each, step %d)", ranks,
                 [i["pid"] for i in infos], info["threads"], info["steps_done"])
-    return RemoteLearner(actors, info, dead_errors=_dead_errors(), run_dir=run_dir,
-                         pids=[i["pid"] for i in infos])
+    return RemoteLearner(ActorRanks(actors, [i["pid"] for i in infos],
+                                    dead_errors=_dead_errors(), run_dir=run_dir), info)
 
 
 def _start_pool(parts: RunParts, shares: list[Any], run_dir: Path, learner: Any, *,
                 serve_from: str, tokenizer_path: str, shutdown: bool) -> Any:
     import ray
 
-    from sao_gym.runtime.ray.pool import WorkerPool
-    from sao_gym.runtime.ray.worker import RolloutWorker, WorkerSpec
+    from sao_gym.runtime.place.ray.pool import WorkerPool
+    from sao_gym.runtime.place.ray.worker import RolloutWorker, WorkerSpec
 
     rc = parts.ray
     capacity = parts.episodes_per_worker

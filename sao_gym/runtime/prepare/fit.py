@@ -2,7 +2,8 @@
 
 A recipe that trains any environment cannot know how long the env's turns,
 observations and prompts are. Where the config leaves ``rollout.max_new_tokens``
-or ``rollout.max_context_tokens`` null, :func:`fit_budgets` derives them from
+or ``rollout.max_context_tokens`` null (None in the run's
+:class:`~sao_gym.runtime.plans.Budgets`), :func:`fit_budgets` derives them from
 demonstrations of the env (token-exact rollouts, so counted with the run's own
 tokenizer and chat template):
 
@@ -28,9 +29,10 @@ start that knows the task (greedy decoding solves it) while sampling at
 temperature 1 still errs, about as often on a 3-turn env as on a 30-turn one.
 A fixed ``eps`` does not transfer: 0.1 leaves 15% on an 18-token episode and
 0.02% on an 80-token one, where RL never sees a reward. Each decision comes back as one
-line of text saying which value applies and why, for the run's output; the
-fitted values are saved with the run's config, so evaluation and resume use
-the same ones.
+line of text saying which value applies and why, for the run's output. Both
+return a new :class:`~sao_gym.runtime.plans.Budgets` record, which the job puts
+into its plan (:meth:`~sao_gym.runtime.plans.TrainPlan.fitted`) and saves with
+the run's config, so evaluation and resume use the same values.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from sao_gym.runtime.config import TrainConfig
+from sao_gym.runtime.plans import Budgets
 from sao_gym.types import Rollout
 
 MIN_NEW_TOKENS = 8
@@ -95,19 +97,17 @@ def _runs(mask: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def fit_budgets(config: TrainConfig, demonstrations: Sequence[Rollout] | None, *,
+def fit_budgets(budgets: Budgets, demonstrations: Sequence[Rollout] | None, *,
                 turn_limit: int | None, model_positions: int | None = None
-                ) -> tuple[TrainConfig, list[str]]:
-    """``config`` with its null token budgets fitted, and one line per fitted value.
+                ) -> tuple[Budgets, list[str]]:
+    """``budgets`` with its null token budgets fitted, and one line per fitted value.
 
     ``turn_limit``: the episode's turn limit (the run's ``max_episode_steps`` or
     the env's registered one; None: none). ``model_positions``: the model's
-    maximum sequence length (caps the context). Values the config sets are
-    kept (and reported as set when demonstrations would not fit them).
+    maximum sequence length (caps the context). Values already set are kept.
     """
-    r = config.rollout
     lines: list[str] = []
-    new, context = r.max_new_tokens, r.max_context_tokens
+    new, context = budgets.max_new_tokens, budgets.max_context_tokens
     shape = EpisodeShape.of(demonstrations) if demonstrations else None
     if new is None:
         if shape is None:
@@ -133,24 +133,24 @@ def fit_budgets(config: TrainConfig, demonstrations: Sequence[Rollout] | None, *
         if model_positions is not None and context > model_positions:
             context, why = model_positions, why + f"; capped at the model's {model_positions}"
         lines.append(f"rollout.max_context_tokens = {context} ({why})")
-    fitted = dataclasses.replace(r, max_new_tokens=new, max_context_tokens=context)
-    return dataclasses.replace(config, rollout=fitted), lines
+    return dataclasses.replace(budgets, max_new_tokens=new, max_context_tokens=context), lines
 
 
-def fit_label_smoothing(config: TrainConfig, demonstrations: Sequence[Rollout]
-                        ) -> tuple[TrainConfig, list[str]]:
-    """``config`` with a null ``warm_start.label_smoothing`` fitted (see the module docs)."""
-    ws = config.warm_start
-    if ws is None or ws.label_smoothing is not None or not demonstrations:
-        return config, []
+def fit_label_smoothing(budgets: Budgets, demonstrations: Sequence[Rollout]
+                        ) -> tuple[Budgets, list[str]]:
+    """``budgets`` with a null ``label_smoothing`` fitted (see the module docs).
+
+    Unchanged (and no line) when it is set or there are no demonstrations.
+    """
+    if budgets.label_smoothing is not None or not demonstrations:
+        return budgets, []
     rewarded = [r for r in demonstrations if r.reward > 0] or list(demonstrations)
     n = sum(r.num_action_tokens for r in rewarded) / len(rewarded)
     eps = round(1.0 - SAMPLED_SUCCESS ** (1.0 / max(n, 1.0)), 6)
     line = (f"warm_start.label_smoothing = {eps} (a perfect imitator would sample the "
             f"demonstrated {n:.0f} action tokens of an episode with probability "
             f"{SAMPLED_SUCCESS}: headroom for RL)")
-    return dataclasses.replace(config, warm_start=dataclasses.replace(
-        ws, label_smoothing=eps)), [line]
+    return dataclasses.replace(budgets, label_smoothing=eps), [line]
 
 
 __all__ = ["EpisodeShape", "fit_budgets", "fit_label_smoothing"]

@@ -3,7 +3,7 @@
 ``load_config(path, overrides)`` validates everything at once: an unknown
 key or a value of the wrong type fails with a :class:`ConfigError` naming
 the valid keys (and, for a key that moved into a section, where it lives
-now). Values are typed by the schema (:mod:`sao_gym.runtime.config`):
+now). Values are typed by the schema (:mod:`sao_gym.runtime.config.schema`):
 ``2e-4`` is a float wherever a float is expected, from YAML as from
 ``--set``. ``mode: sync`` is the spelling of ``rollout.max_staleness: 0``.
 
@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 import typing
@@ -31,7 +32,7 @@ from typing import Any
 import yaml
 
 from sao_gym.inference.sections import SECTIONS
-from sao_gym.runtime.config import MODES, RECIPES_DIR, ConfigError, TrainConfig
+from sao_gym.runtime.config.schema import MODES, RECIPES_DIR, ConfigError, TrainConfig
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -268,4 +269,13 @@ def save_config(config: TrainConfig, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
 
 
-__all__ = ["load_config", "load_recipe", "parse_override", "recipe_path", "save_config"]
+def write_record(record: Mapping[str, Any], path: str | Path) -> None:
+    """Write a config's plain record (``TrainConfig.to_dict()``, as a plan keeps it) as YAML.
+
+    It is checked first: a record that is no valid config raises :class:`ConfigError`.
+    """
+    save_config(_build(TrainConfig, _spell_mode(copy.deepcopy(dict(record))), ""), path)
+
+
+__all__ = ["load_config", "load_recipe", "parse_override", "recipe_path", "save_config",
+           "write_record"]

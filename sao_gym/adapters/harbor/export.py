@@ -25,11 +25,11 @@ from typing import Any
 
 from gymnasium.envs.registration import parse_env_id
 
-from sao_gym.adapters.harbor_task import dump_toml
+from sao_gym.adapters.harbor.task import dump_toml
 
 HOOK = "harbor"
 """The name of an env's Harbor task exporter among its registration's hooks."""
-_PKG = Path(__file__).resolve().parents[1]
+_PKG = Path(__file__).resolve().parents[2]
 _SANDBOX_STUB = '''"""Stand-in for sao_gym.sandbox in a Harbor verifier (the interface only)."""
 
 from sao_gym.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxUnavailable

@@ -1,7 +1,7 @@
-r"""Warm start: demonstrations in the agent's own token layout, and supervised fine-tuning.
+r"""Demonstrations in the agent's own token layout, for the warm start.
 
-RL from a random model never sees a reward, so the embedded demo first
-teaches the tiny model the task's protocol with a short supervised phase:
+RL from a random model never sees a reward, so a run first teaches the model
+the task's protocol with a short supervised phase on demonstrations:
 
 - :func:`collect_demonstrations` plays episodes with :class:`~sao_gym.agents.LLMAgent`
   exactly as RL will (same chat template, same observation deltas, same
@@ -10,17 +10,18 @@ teaches the tiny model the task's protocol with a short supervised phase:
   therefore have the very layout the policy later produces itself: prompt and
   observation tokens with ``loss_mask`` 0, each assistant turn (ending with
   its end-of-turn token) with ``loss_mask`` 1.
-- :func:`~sao_gym.learner.sft.sft` (re-exported here) fine-tunes a checkpoint on
-  them with the learner's engine: cross-entropy on the ``loss_mask`` 1 tokens
-  only, to a held-out target or a step count, and writes a checkpoint (model
-  and tokenizer) that the learner and the backends load.
+- :class:`Demonstrations` collects a run's, as its
+  :class:`~sao_gym.runtime.plans.DemonstrationPlan` says (an oracle's episodes,
+  or a file's conversations), training and held-out;
+- :func:`~sao_gym.learner.sft.sft` then fine-tunes on them
+  (:mod:`sao_gym.runtime.prepare.start`).
 
 An oracle is a function ``oracle(messages, task) -> str`` giving the text of
 the next assistant turn from the conversation so far and the env's task
 (``env.unwrapped.task``, which holds the reference answer); an environment
 registers its own (``sao_gym.register(..., oracle=...)``). Without one,
 demonstrations come from a JSONL file of conversations
-(:mod:`sao_gym.runtime.conversations`), replayed by
+(:mod:`sao_gym.runtime.prepare.conversations`), replayed by
 :func:`acollect_demonstrations` through the same agent, so they get the same
 token layout.
 """
@@ -31,26 +32,15 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sao_gym.learner.sft import (
-    SFTStep,
-    demonstration_loss,
-    holdout_success,
-    sequence_success,
-    sft,
-)
-from sao_gym.runtime.conversations import (
-    ConversationEnv,
-    assistant_text,
+from sao_gym.runtime.plans import DEMO_SEED_OFFSET, HOLDOUT_SEED_OFFSET, DemonstrationPlan
+from sao_gym.runtime.prepare.conversations import (
     load_conversations,
     replay_env_factory,
     replay_oracle,
 )
 from sao_gym.types import Message, Rollout, SamplingParams
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -214,22 +204,70 @@ def collect_demonstrations(
 
 
 # ---------------------------------------------------------------------------
-# supervised fine-tuning
+# a run's demonstrations
 # ---------------------------------------------------------------------------
 
 
+class Demonstrations:
+    """A run's demonstrations as its :class:`~sao_gym.runtime.plans.DemonstrationPlan` says.
+
+    A file's conversations are read (and checked) once, when this is made.
+    """
+
+    def __init__(self, plan: DemonstrationPlan):
+        self.plan = plan
+        self.conversations = (load_conversations(plan.conversations)
+                              if plan.conversations is not None else None)
+
+    @property
+    def what(self) -> str:
+        """In words, for the run's output."""
+        if self.conversations is not None:
+            return f"{len(self.conversations)} conversations of {self.plan.conversations}"
+        return self.plan.what
+
+    def collect(self, tokenizer: Any, *, budgets: Mapping[str, int | None],
+                episodes: int | None = None, holdout: int | None = None
+                ) -> tuple[list[Rollout], list[Rollout]]:
+        """``(training, held-out)`` demonstrations as token-exact rollouts.
+
+        ``budgets``: the agent's ``max_new_tokens`` and ``max_context_tokens``.
+        ``episodes`` / ``holdout``: how many (default: the plan's). A file's
+        conversations are all played; its last ``holdout`` (at most a quarter)
+        are held out.
+        """
+        plan = self.plan
+        episodes = plan.episodes if episodes is None else episodes
+        holdout = plan.holdout_episodes if holdout is None else holdout
+        kwargs = {**budgets, "tool_schemas": plan.tool_schemas,
+                  "template_format": plan.template_format}
+        if self.conversations is not None:
+            convs = self.conversations
+            held = min(holdout, len(convs) // 4)
+            played = collect_demonstrations(replay_env_factory(convs, self.env_tools()),
+                                            tokenizer, replay_oracle, episodes=len(convs),
+                                            **kwargs)
+            return played[:len(convs) - held], played[len(convs) - held:]
+        assert plan.oracle is not None
+        train = collect_demonstrations(plan.env, tokenizer, plan.oracle, episodes=episodes,
+                                       seed=plan.seed + DEMO_SEED_OFFSET, **kwargs)
+        held_out = (collect_demonstrations(plan.env, tokenizer, plan.oracle, episodes=holdout,
+                                           seed=plan.seed + HOLDOUT_SEED_OFFSET, **kwargs)
+                    if holdout else [])
+        return train, held_out
+
+    def env_tools(self) -> list[Any]:
+        """The tool schemas the run's env declares at reset."""
+        env = self.plan.env()
+        try:
+            return list(env.reset(seed=self.plan.seed)[1].get("tools") or [])
+        finally:
+            env.close()
+
+
 __all__ = [
+    "Demonstrations",
     "Oracle",
-    "assistant_text",
-    "load_conversations",
-    "ConversationEnv",
-    "replay_env_factory",
-    "replay_oracle",
-    "SFTStep",
     "acollect_demonstrations",
     "collect_demonstrations",
-    "demonstration_loss",
-    "holdout_success",
-    "sequence_success",
-    "sft",
 ]

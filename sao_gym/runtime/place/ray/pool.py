@@ -1,9 +1,9 @@
 """The driver's side of the rollout workers: dispatch, weights, replacement.
 
 :class:`WorkerPool` is the ``play`` of the driver's
-:class:`~sao_gym.runtime.source.RolloutSource` (each admitted episode runs
+:class:`~sao_gym.runtime.loop.source.RolloutSource` (each admitted episode runs
 on the least loaded worker, at most ``capacity`` at once per worker) and the
-backend of its :class:`~sao_gym.runtime.trainer.Trainer` (``update_weights``
+backend of its :class:`~sao_gym.runtime.loop.trainer.Trainer` (``update_weights``
 broadcasts the new ``(version, box)`` to every worker, generations keep
 running).
 

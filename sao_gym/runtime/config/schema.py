@@ -10,8 +10,8 @@ paper's where it states them; a recipe (``sao_gym/recipes/*.yaml``, e.g.
 the embedded demo) holds a job's own choices.
 
 This module is the schema: it describes and validates (an invalid value
-fails with a :class:`ConfigError`). :mod:`sao_gym.runtime.loader` reads YAML
-and ``--set`` overrides into it; the builder (:mod:`sao_gym.runtime.build`)
+fails with a :class:`ConfigError`). :mod:`sao_gym.runtime.config.loader` reads YAML
+and ``--set`` overrides into it; the builder (:mod:`sao_gym.runtime.config.build`)
 is the one reader that turns a config into parts.
 
 """
@@ -25,15 +25,16 @@ from typing import Any
 
 from sao_gym.inference.sections import HFSection, InferenceSection
 from sao_gym.learner.config import LearnerConfig
+from sao_gym.utils.checks import at_least
 
 MODES = ("async", "sync")
-RUNTIMES = {"local": "sao_gym.runtime.local:local_trainer",
-            "ray": "sao_gym.runtime.ray.build:ray_trainer"}
+RUNTIMES = {"local": "sao_gym.runtime.place.local:local_trainer",
+            "ray": "sao_gym.runtime.place.ray.build:ray_trainer"}
 """Where each ``runtime`` places the run's parts: ``module:function(parts, run_dir, *,
 policy_path, resume, sinks) -> Trainer`` (imported by the job when it runs)."""
 TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size")  # of tiny_model()
 LOGGERS = ("jsonl", "tensorboard", "wandb")
-RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
 
 class ConfigError(ValueError):
@@ -55,7 +56,7 @@ class RolloutConfig:
     sampled any of its tokens (queued rollouts included). 0: sync mode (``mode: sync``)."""
     max_new_tokens: int | None = 1024
     """Sampling budget per turn (null: fitted to the env's demonstrations before the run,
-    :mod:`sao_gym.runtime.fit`; the run's saved config holds the value used)."""
+    :mod:`sao_gym.runtime.prepare.fit`; the run's saved config holds the value used)."""
     temperature: float = 1.0
     """Sampling temperature (> 0; the learner scores the same tempered distribution)."""
     top_p: float = 1.0
@@ -179,7 +180,7 @@ class WarmStartConfig:
     """Stop once the policy would solve this share of held-out tasks (estimated by
     ``target_metric``); ``steps`` is then the maximum. None: run every step."""
     target_metric: str = "sampled"
-    """``"sampled"`` (temperature 1) or ``"greedy"``: :func:`~.warmstart.holdout_success`."""
+    """``"sampled"`` (temperature 1) or ``"greedy"``: :func:`~sao_gym.learner.sft.holdout_success`."""
     min_sampled_success: float | None = None
     """... and only once the sampled estimate is at least this (None: no floor)."""
     holdout_episodes: int = 64
@@ -188,11 +189,11 @@ class WarmStartConfig:
     """Keyword arguments of the environment's demonstration oracle."""
     demonstrations: str | None = None
     """A JSONL file of conversations to imitate instead of the oracle's episodes
-    (:func:`sao_gym.runtime.warmstart.load_conversations` has the format); the held-out
+    (:func:`sao_gym.runtime.prepare.demonstrations.load_conversations` has the format); the held-out
     ones are the last ``holdout_episodes`` (at most a quarter) of the file."""
     label_smoothing: float | None = 0.0
     """Label smoothing of the supervised loss (null: fitted to the demonstrations'
-    length, :func:`sao_gym.runtime.fit.fit_label_smoothing`)."""
+    length, :func:`sao_gym.runtime.prepare.fit.fit_label_smoothing`)."""
     demonstration_format: str = "oracle"
     """``oracle``: each demonstrated turn is the oracle's text as it is (e.g. a compact
     ``lookup(4817)``); ``template``: its tool calls as the chat template writes them
@@ -369,7 +370,7 @@ class TrainConfig:
 
         Sync: generate a batch, wait for the slowest episode, train. In YAML,
         ``mode: sync`` is the spelling of ``rollout.max_staleness: 0``
-        (:func:`~sao_gym.runtime.loader.load_config`).
+        (:func:`~sao_gym.runtime.config.loader.load_config`).
         """
         return "sync" if self.rollout.max_staleness == 0 else "async"
 
@@ -379,14 +380,11 @@ class TrainConfig:
         return self.rollout.max_staleness
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain dict (YAML; :func:`~sao_gym.runtime.loader.load_config` reads it back)."""
+        """A plain dict (YAML; :func:`~sao_gym.runtime.config.loader.load_config` reads it back)."""
         return dataclasses.asdict(self)
 
 
 def _at_least(obj: Any, low: int, *names: str) -> None:
     prefix = {RolloutConfig: "rollout.", WarmStartConfig: "warm_start.", EvalConfig: "eval.",
               CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
-    for name in names:
-        value = getattr(obj, name)
-        if value is not None and value < low:  # None: fitted or unset, checked where set
-            raise ConfigError(f"{prefix}{name} must be >= {low}, got {value}")
+    at_least(obj, low, *names, prefix=prefix, error=ConfigError)

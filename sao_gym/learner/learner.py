@@ -66,10 +66,9 @@ from sao_gym.learner.batching import (
     token_entropy,
     token_logprobs,
 )
-from sao_gym.learner.config import LearnerConfig
+from sao_gym.learner.config import LearnerConfig, engine_builder
 from sao_gym.learner.critic import ValueModel, values_before
 from sao_gym.learner.engine import (
-    ENGINES,
     Engine,
     RankGroup,
     rank_device,
@@ -547,7 +546,8 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
                   group_size: int = 1) -> Learner:
     """Load the policy (and the critic, for an algorithm with one) from ``policy_path``.
 
-    Each model goes into the engine ``config.engine`` names (:data:`ENGINES`: a
+    Each model goes into the engine ``config.engine`` names
+    (:data:`~sao_gym.learner.config.ENGINES`: a
     :class:`~sao_gym.learner.engine.LocalEngine` on ``config.device``, or FSDP2
     over the ranks of the process group, built on every rank). The critic
     starts from the policy checkpoint with a fresh head, or from a critic saved
@@ -563,7 +563,7 @@ def build_learner(algorithm: str | Algorithm, policy_path: str,
     _check_temperature(temperature)  # before loading any model
     config = config or LearnerConfig()
     torch.manual_seed(config.seed)
-    engine, device = ENGINES[config.engine], rank_device(config.device)
+    engine, device = engine_builder(config.engine), rank_device(config.device)
     policy, tokenizer = load_policy(policy_path, device=device, dtype=config.dtype)
     critic = None
     if spec.critic:

@@ -1,4 +1,4 @@
-"""The running decode batch of :class:`~sao_gym.inference.hf.HFBackend`.
+"""The running decode batch of :class:`~sao_gym.inference.hf.backend.HFBackend`.
 
 A :class:`DecodeBatch` holds, for the rows currently being decoded: a
 transformers ``DynamicCache`` (left-padded), the 2D attention mask over the
@@ -14,7 +14,7 @@ next token. It supports the four operations continuous batching needs:
 - :meth:`DecodeBatch.step`: feed one token per row and get the next logits;
 
 and, for KV reuse across the turns of an episode
-(:mod:`~sao_gym.inference.hf_sessions`), :meth:`DecodeBatch.row_cache` (one
+(:mod:`~sao_gym.inference.hf.sessions`), :meth:`DecodeBatch.row_cache` (one
 row's KV, unpadded) and :meth:`DecodeBatch.resume` (a new row that encodes
 only the tokens after such a cached prefix).
 

@@ -1,8 +1,8 @@
 """The training loop: batches in, learner steps out, weights back in flight.
 
 :class:`Trainer` receives its parts, built elsewhere
-(:func:`sao_gym.runtime.job.build_trainer` from a config, or by hand in
-tests): a :class:`~sao_gym.runtime.source.RolloutSource`, a learner, an
+(:func:`sao_gym.runtime.config.build.build_trainer` from a config, or by hand in
+tests): a :class:`~sao_gym.runtime.loop.source.RolloutSource`, a learner, an
 inference backend, a metric sink and a checkpointer. It imports no model
 code. Its loop: take the next batch the source allows (the source owns the
 staleness rule), train on it off the event loop (a thread), push the new
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from sao_gym.runtime.source import RolloutsFailing, RolloutSource
+from sao_gym.runtime.loop.source import RolloutsFailing, RolloutSource
 from sao_gym.types import Rollout
 from sao_gym.utils.memory import release_free_memory, rss_mb
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 class TrainableLearner(Protocol):
-    """What the trainer needs of a learner (:class:`~sao_gym.learner.sao.Learner`)."""
+    """What the trainer needs of a learner (:class:`~sao_gym.learner.learner.Learner`)."""
 
     steps_done: int
     """Learner steps completed."""
@@ -54,7 +54,7 @@ class TrainableLearner(Protocol):
 
 
 class Checkpointer(Protocol):
-    """Saves a checkpoint (:class:`~sao_gym.runtime.checkpoint.CheckpointManager`)."""
+    """Saves a checkpoint (:class:`~sao_gym.runtime.loop.checkpoint.CheckpointManager`)."""
 
     def save(self, step: int, learner: Any, trainer_state: dict[str, Any]) -> Path:
         """Write one; return its path."""
@@ -133,9 +133,9 @@ class Trainer:
         publish_first: publish the learner's weights to the backend before the first
             episode (a LoRA learner's adapter, which the backend's model lacks).
         sampler_check: after each publish, check that the backend samples with the
-            learner's weights (:class:`~sao_gym.runtime.probe.SamplerCheck`).
+            learner's weights (:class:`~sao_gym.runtime.loop.probe.SamplerCheck`).
         recorder: keeps a traced sample of each batch and the infra failures
-            (:class:`~sao_gym.runtime.recorder.RolloutRecorder`); None: nothing kept.
+            (:class:`~sao_gym.runtime.loop.recorder.RolloutRecorder`); None: nothing kept.
 
     """
 

@@ -1,7 +1,7 @@
 """Run any Harbor task directory as a tool-calling environment (registered by ``sao_gym.envs``).
 
 At reset the task's container starts as a :class:`~sao_gym.sandbox.docker.DockerSandbox`
-(built offline from ``environment/Dockerfile``; see :mod:`sao_gym.adapters.harbor_docker`),
+(built offline from ``environment/Dockerfile``; see :mod:`sao_gym.adapters.harbor.docker`),
 ``instruction.md`` is the user message, and the agent has two tools:
 
 - ``bash(command)``: a shell command in the task's working directory (each
@@ -41,8 +41,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sao_gym.adapters import harbor_docker as hd
-from sao_gym.adapters.harbor_task import REWARD_JSON, REWARD_TXT, HarborTask, find_tasks, load_task
+from sao_gym.adapters.harbor import docker as hd
+from sao_gym.adapters.harbor.task import REWARD_JSON, REWARD_TXT, HarborTask, find_tasks, load_task
 from sao_gym.core import clean_text
 from sao_gym.sandbox import EpisodeSandbox, SandboxError, make_sandbox
 from sao_gym.sandbox.base import Sandbox

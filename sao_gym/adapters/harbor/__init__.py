@@ -1,16 +1,16 @@
 """Harbor task directories, both ways: export sao-gym tasks, run any Harbor task.
 
-- :func:`export_tasks` (:mod:`.harbor_export`) writes one Harbor task
+- :func:`export_tasks` (:mod:`.export`) writes one Harbor task
   directory (``task.toml`` schema 1.4) per task of an env that registers a
   ``harbor`` hook (:func:`exportable_env_ids`; the hook writes the directory).
   Command line: ``sao-gym export harbor ENV_ID (--tasks ID,ID | --seeds S,S |
   --count N) OUT_DIR``.
-- :class:`HarborTaskEnv` (:mod:`.harbor_env`, registered by ``sao_gym.envs``)
+- :class:`HarborTaskEnv` (:mod:`.env`, registered by ``sao_gym.envs``)
   runs any Harbor task directory in a ``DockerSandbox``: a shell tool and a
   submit tool, graded by the task's ``tests/test.sh``.
 
 Neither needs the ``harbor`` package (which needs Python >= 3.12); task
-directories are read with ``tomllib`` (:mod:`.harbor_task`). See
+directories are read with ``tomllib`` (:mod:`.task`). See
 docs/interop.md (Harbor) for what changes in each direction.
 
 Example:
@@ -29,9 +29,9 @@ import sys
 
 import yaml
 
-from sao_gym.adapters.harbor_env import HarborTaskEnv
-from sao_gym.adapters.harbor_export import export_tasks, exportable_env_ids, select_tasks
-from sao_gym.adapters.harbor_task import HarborTask, HarborTaskError, find_tasks, load_task
+from sao_gym.adapters.harbor.env import HarborTaskEnv
+from sao_gym.adapters.harbor.export import export_tasks, exportable_env_ids, select_tasks
+from sao_gym.adapters.harbor.task import HarborTask, HarborTaskError, find_tasks, load_task
 
 __all__ = ["HarborTask", "HarborTaskEnv", "HarborTaskError", "add_export_parser",
            "export_tasks", "exportable_env_ids", "find_tasks", "load_task", "select_tasks"]

@@ -5,7 +5,7 @@ The model runs in one dedicated worker thread, never on the event loop.
 the worker resolves through ``loop.call_soon_threadsafe``.
 
 The worker decodes all running requests together with a shared, left-padded
-KV cache (:class:`~sao_gym.inference.hf_batch.DecodeBatch`) in its own decode
+KV cache (:class:`~sao_gym.inference.hf.batch.DecodeBatch`) in its own decode
 loop (not ``model.generate``), so each row keeps its own temperature, top-p,
 random stream, stop ids and token budget, and logprobs are computed exactly
 (:func:`~sao_gym.inference.sampling.sample_next`). Scheduling, per loop
@@ -31,7 +31,7 @@ same distribution.
 
 Requests of one episode (the same ``SamplingParams.session_id``) reuse its
 KV across turns: a finished request's KV is kept by session
-(:mod:`~sao_gym.inference.hf_sessions`, bounded by ``session_cache_bytes``)
+(:mod:`~sao_gym.inference.hf.sessions`, bounded by ``session_cache_bytes``)
 and the session's next request, whose prompt extends it, prefills only the
 new tokens. A weight update drops every kept KV.
 """
@@ -51,8 +51,8 @@ from typing import Any
 import torch
 
 from sao_gym.inference.base import BackendClosed, prompt_list
-from sao_gym.inference.hf_batch import DecodeBatch, ModelRunner
-from sao_gym.inference.hf_sessions import SessionCache, SessionEntry
+from sao_gym.inference.hf.batch import DecodeBatch, ModelRunner
+from sao_gym.inference.hf.sessions import SessionCache, SessionEntry
 from sao_gym.inference.sampling import sample_next
 from sao_gym.inference.weights import adapted, is_adapter, load_weights_dir, merge_adapter
 from sao_gym.types import Generation, SamplingParams
@@ -148,7 +148,7 @@ class HFBackend:
     by requests without their own ``SamplingParams.seed``;
     ``session_cache_bytes`` bounds the KV kept between the turns of an
     episode (requests with a ``SamplingParams.session_id``;
-    :mod:`~sao_gym.inference.hf_sessions`; 0 turns the reuse off).
+    :mod:`~sao_gym.inference.hf.sessions`; 0 turns the reuse off).
     """
 
     def __init__(
@@ -213,7 +213,7 @@ class HFBackend:
         self._max_positions = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
         self._version = policy_version
         self.sessions = SessionCache(session_cache_bytes)
-        """Finished requests' KV by ``SamplingParams.session_id`` (:mod:`.hf_sessions`)."""
+        """Finished requests' KV by ``SamplingParams.session_id`` (:mod:`.sessions`)."""
         self._adapter_base: dict[str, torch.Tensor] | None = None
         """The weights LoRA adapters are merged into (those the first adapter changed)."""
         self._rng = torch.Generator()

@@ -3,7 +3,7 @@
 :class:`LearnerService` is the actor of one learner rank: the run's learner
 (built by the run's :class:`~sao_gym.runtime.parts.LearnerFactory` as in
 one process, loaded from a checkpoint on resume) and its
-:class:`~sao_gym.runtime.checkpoint.CheckpointManager`, so checkpoints are
+:class:`~sao_gym.runtime.loop.checkpoint.CheckpointManager`, so checkpoints are
 written where the learner's state is (the run directory must be on storage
 every learner node sees). With ``learner.engine: fsdp`` the learner is
 ``learner.ranks`` such actors in one ``torch.distributed`` process group
@@ -12,14 +12,17 @@ writing its own checkpoint shards. After each step rank 0 puts the new
 policy weights in Ray's object store once (``ray.put``); the step's answer
 carries the ref, which the driver broadcasts to every rollout worker.
 
+:class:`ActorRanks` is the group's :class:`~sao_gym.learner.ranks.RankDriver`
+(the local group's is :class:`~sao_gym.learner.ranks.ProcessRanks`);
 :class:`RemoteLearner` and :class:`RemoteCheckpointer` are what the driver's
-:class:`~sao_gym.runtime.trainer.Trainer` holds instead of a learner and a
+:class:`~sao_gym.runtime.loop.trainer.Trainer` holds instead of a learner and a
 checkpointer. A rank dying (its process killed, its node lost) raises
-:class:`LearnerDied` after the other ranks are ended; the job then rebuilds
-the run from its last checkpoint, up to ``ray.max_learner_restarts`` times
-(:func:`sao_gym.runtime.job.train`), and past that the run ends: ``sao-gym
-train --resume RUN_DIR`` continues from the last checkpoint. Either way the
-metrics file is cut back to the checkpoint, so every step is logged once.
+:class:`~sao_gym.learner.ranks.RankDied` after the other ranks are ended; the
+job then rebuilds the run from its last checkpoint, up to
+``ray.max_learner_restarts`` times (:func:`sao_gym.runtime.job.train`), and
+past that the run ends: ``sao-gym train --resume RUN_DIR`` continues from the
+last checkpoint. Either way the metrics file is cut back to the checkpoint, so
+every step is logged once.
 """
 
 from __future__ import annotations
@@ -29,22 +32,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sao_gym.learner.ranks import rank_died
 from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
 
 
-class LearnerDied(RuntimeError):
-    """The learner actor is gone; the message says how to resume."""
-
-
 def learner_threads(ray_config: Any) -> int:
     """The learner's torch threads: ``ray.learner_threads``, else Ray's rule.
 
-    Ray's rule: :func:`~sao_gym.runtime.ray.cluster.actor_threads` of
+    Ray's rule: :func:`~sao_gym.runtime.place.ray.cluster.actor_threads` of
     ``ray.learner_num_cpus``.
     """
-    from sao_gym.runtime.ray.cluster import actor_threads
+    from sao_gym.runtime.place.ray.cluster import actor_threads
 
     if ray_config.learner_threads is not None:
         return ray_config.learner_threads
@@ -75,7 +75,7 @@ class LearnerService:
         """``host:port`` on this actor's node where rank 0 will listen."""
         import ray
 
-        from sao_gym.runtime.ranks import free_port
+        from sao_gym.learner.ranks import free_port
 
         return f"{ray.util.get_node_ip_address()}:{free_port()}"
 
@@ -83,8 +83,8 @@ class LearnerService:
         """Join the group at ``address`` (several ranks), build the learner; :meth:`info`."""
         import ray
 
-        from sao_gym.runtime.checkpoint import CheckpointManager
-        from sao_gym.runtime.ranks import join_ranks
+        from sao_gym.learner.ranks import join_ranks
+        from sao_gym.runtime.loop.checkpoint import CheckpointManager
 
         factory, policy_path, resume_from = self._build
         if self.ranks > 1:
@@ -137,27 +137,69 @@ class LearnerService:
         return str(self.checkpoints.save(step, self.learner, trainer_state, token=token))
 
 
-class RemoteLearner:
-    """The trainer's learner: a group of :class:`LearnerService` actors, one per rank.
+class ActorRanks:
+    """The :class:`~sao_gym.learner.ranks.RankDriver` of :class:`LearnerService` actors.
 
-    Every call runs on every rank (they train together); answers are rank
+    One actor per rank. Every call runs on every rank (they train together); answers are rank
     0's. Any rank dying (its process killed, its node lost) kills the others
-    (which would wait in a collective) and raises :class:`LearnerDied` naming it.
+    (which would wait in a collective) and raises
+    :class:`~sao_gym.learner.ranks.RankDied` naming it.
 
     Args:
         actors: the actor handles, rank 0 first.
-        info: rank 0's :meth:`LearnerService.info` answer.
+        pids: each rank's process id.
         dead_errors: exceptions meaning an actor is gone.
-        run_dir: named in :class:`LearnerDied`'s message.
-        pids: each rank's process id (default: rank 0's from ``info``).
+        run_dir: named in the error's message.
 
     """
 
-    def __init__(self, actors: list[Any], info: dict[str, Any], *,
-                 dead_errors: tuple[type[BaseException], ...], run_dir: str | Path,
-                 pids: list[int] | None = None):
-        self.actors, self.dead_errors, self.run_dir = list(actors), dead_errors, Path(run_dir)
-        self.pids: list[int] = pids or [info["pid"]]
+    def __init__(self, actors: list[Any], pids: list[int], *,
+                 dead_errors: tuple[type[BaseException], ...], run_dir: str | Path):
+        self.actors, self.pids = list(actors), list(pids)
+        self.dead_errors, self.run_dir = dead_errors, Path(run_dir)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``actor.method(*args, **kwargs)`` on every rank, waited for; rank 0's answer."""
+        import ray
+
+        refs = [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(ready[0])
+            except self.dead_errors as e:
+                rank = refs.index(ready[0])
+                self.close()
+                raise rank_died(rank, self.pids[rank], type(e).__name__, self.run_dir) from e
+            except BaseException:
+                self.close()  # the other ranks would wait in a collective
+                raise
+        return ray.get(refs[0])
+
+    def close(self) -> None:
+        """End every rank's actor (those already gone included)."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - it may be dead already
+                pass
+
+
+class RemoteLearner:
+    """The trainer's learner: the learner's ranks as actors, over an :class:`ActorRanks`.
+
+    Args:
+        driver: the group's driver.
+        info: rank 0's :meth:`LearnerService.info` answer.
+
+    """
+
+    def __init__(self, driver: ActorRanks, info: dict[str, Any]):
+        self.driver = driver
+        self.pids: list[int] = driver.pids
         self.pid: int = self.pids[0]
         self.threads: int = info["threads"]
         self.steps_done: int = info["steps_done"]
@@ -168,40 +210,12 @@ class RemoteLearner:
         """Per-token quantities the last step traced (``Learner.trace``)."""
 
     def call(self, method: str, *args: Any) -> Any:
-        """``actor.method(*args)`` on every rank, waited for; rank 0's answer.
-
-        :class:`LearnerDied` if a rank is gone.
-        """
-        import ray
-
-        refs = [getattr(a, method).remote(*args) for a in self.actors]
-        pending = list(refs)
-        while pending:
-            ready, pending = ray.wait(pending, num_returns=1)
-            try:
-                ray.get(ready[0])
-            except self.dead_errors as e:
-                rank = refs.index(ready[0])
-                self.kill()
-                who = (f"learner rank {rank} (pid {self.pids[rank]})" if len(self.actors) > 1
-                       else f"the learner actor (pid {self.pid})")
-                raise LearnerDied(
-                    f"{who} died: {type(e).__name__}; `sao-gym train --resume "
-                    f"{self.run_dir}` continues from the last checkpoint") from e
-            except BaseException:
-                self.kill()  # the other ranks would wait in a collective
-                raise
-        return ray.get(refs[0])
+        """``method`` on every rank (:meth:`ActorRanks.call`)."""
+        return self.driver.call(method, *args)
 
     def kill(self) -> None:
-        """End every rank's actor (those already gone included)."""
-        import ray
-
-        for actor in self.actors:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - it may be dead already
-                pass
+        """End every rank's actor."""
+        self.driver.close()
 
     def update(self, rollouts: list[Rollout], trace: list[int] | None = None
                ) -> dict[str, float]:

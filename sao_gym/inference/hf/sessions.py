@@ -1,4 +1,4 @@
-"""KV reuse across the turns of one episode for :class:`~sao_gym.inference.hf.HFBackend`.
+"""KV reuse across the turns of one episode for :class:`~sao_gym.inference.hf.backend.HFBackend`.
 
 A multi-turn agent sends, at every turn, the whole conversation so far: the
 previous prompt, the tokens it sampled, and the new observation. Encoding
