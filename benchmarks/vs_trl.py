@@ -15,7 +15,7 @@ One invocation, every part in sequence so each has the whole CPU:
    default ChatML template) is fine-tuned on oracle demonstrations
    ``<answer>{result}</answer>`` of training problems
    (:func:`~sao_gym.runtime.prepare.demonstrations.collect_demonstrations` and
-   :func:`~sao_gym.runtime.prepare.demonstrations.sft`), stopping once its teacher-forced greedy
+   :func:`~sao_gym.learner.sft.sft`), stopping once its teacher-forced greedy
    success on held-out demonstrations reaches 25% (AdamW, lr 1e-3, weight decay 0.1:
    measured, held-out greedy success stays at 3-7% for 600 steps while the training
    problems are memorised, then rises to ~25% by step 900-1,200; without weight decay

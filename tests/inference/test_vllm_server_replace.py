@@ -3,7 +3,7 @@
 ``replace`` is what :class:`~sao_gym.inference.launch.LocalServers` provides
 for servers it launched; here it starts another fake server. The real thing
 (``sao-gym serve`` processes killed during training) is in test_served.py and
-tests/runtime/test_ray_servers.py.
+tests/runtime/place/test_ray.py.
 """
 
 from __future__ import annotations

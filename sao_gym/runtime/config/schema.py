@@ -180,7 +180,8 @@ class WarmStartConfig:
     """Stop once the policy would solve this share of held-out tasks (estimated by
     ``target_metric``); ``steps`` is then the maximum. None: run every step."""
     target_metric: str = "sampled"
-    """``"sampled"`` (temperature 1) or ``"greedy"``: :func:`~sao_gym.learner.sft.holdout_success`."""
+    """``"sampled"`` (temperature 1) or ``"greedy"``
+    (:func:`~sao_gym.learner.sft.holdout_success`)."""
     min_sampled_success: float | None = None
     """... and only once the sampled estimate is at least this (None: no floor)."""
     holdout_episodes: int = 64
@@ -189,8 +190,8 @@ class WarmStartConfig:
     """Keyword arguments of the environment's demonstration oracle."""
     demonstrations: str | None = None
     """A JSONL file of conversations to imitate instead of the oracle's episodes
-    (:func:`sao_gym.runtime.prepare.demonstrations.load_conversations` has the format); the held-out
-    ones are the last ``holdout_episodes`` (at most a quarter) of the file."""
+    (:func:`sao_gym.runtime.prepare.conversations.load_conversations` has the format);
+    the held-out ones are the last ``holdout_episodes`` (at most a quarter) of the file."""
     label_smoothing: float | None = 0.0
     """Label smoothing of the supervised loss (null: fitted to the demonstrations'
     length, :func:`sao_gym.runtime.prepare.fit.fit_label_smoothing`)."""

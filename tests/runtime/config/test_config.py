@@ -7,7 +7,7 @@ from sao_gym.learner.learner import LearnerConfig
 from sao_gym.runtime.config.loader import load_config, load_recipe, recipe_path, save_config
 from sao_gym.runtime.config.schema import ConfigError, TrainConfig
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_sections_and_overrides():
@@ -129,7 +129,7 @@ def test_example_configs_and_recipes_load():
         load_config(path)
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[2] / "examples" / "configs")
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[3] / "examples" / "configs")
                                         .glob("*.yaml")) + [recipe_path("demo")],
                          ids=lambda p: p.stem)
 def test_the_same_yaml_runs_on_ray_with_only_runtime_changed(path):

@@ -253,7 +253,7 @@ def test_an_example_yaml_trains_locally_and_on_ray_with_only_runtime_changed(clu
                                                                            tmp_path):
     """examples/configs/grpo_arithmetic.yaml (GRPO: groups of 4, a recomputed old policy),
     shortened the same way for both runs."""
-    path = Path(__file__).parents[2] / "examples" / "configs" / "grpo_arithmetic.yaml"
+    path = Path(__file__).parents[3] / "examples" / "configs" / "grpo_arithmetic.yaml"
     short = ["total_steps=3", "rollout.batch_size=8", "rollout.concurrency=8",
              "rollout.max_new_tokens=8", "warm_start=null", "eval.episodes=0",
              "checkpoint.every=0"]

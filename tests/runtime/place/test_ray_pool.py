@@ -1,6 +1,6 @@
 """WorkerPool's dispatch, broadcast and replacement logic, on in-process fake workers.
 
-The real thing (Ray actors on a 2-node cluster, SIGKILL) is tests/runtime/test_ray.py.
+The real thing (Ray actors on a 2-node cluster, SIGKILL) is tests/runtime/place/test_ray.py.
 """
 
 import asyncio
