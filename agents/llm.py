@@ -26,7 +26,7 @@ from typing import Any
 from sao_gym.agents.tool_parser import parse_tool_calls
 from sao_gym.core import ContextExhausted
 from sao_gym.inference.base import InferenceBackend
-from sao_gym.types import Message, SamplingParams, Trajectory
+from sao_gym.types import Generation, Message, SamplingParams, Trajectory
 
 _DUMMY = "\u2063sao_gym_delta_anchor\u2063"
 _DUMMY_TURN: list[Message] = [
@@ -100,6 +100,10 @@ class LLMAgent:
         self._last_stop_text: str | None = None
         self._turn = 0
         self._session = uuid.uuid4().hex
+        self.last_generation: Generation | None = None
+        """The last turn's generation, exactly as the backend returned it."""
+        self.last_prompt_length = 0
+        """Tokens of the episode before the last turn's generation (its prompt)."""
 
     # ----- Agent protocol -----
     def reset(self, observation: list[Message], info: dict[str, Any]) -> None:
@@ -133,6 +137,8 @@ class LLMAgent:
         params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed,
                                 session_id=self._session)
         gen = await self.backend.generate(list(self._ids), params)
+        self.last_generation = gen
+        self.last_prompt_length = len(self._ids)
         self._ids += gen.token_ids
         self._mask += [1] * len(gen.token_ids)
         self._logprobs += gen.logprobs

@@ -30,7 +30,7 @@ SERVERS = ("auto", "vllm", "sao")
 
 
 def _at_least(section: Any, low: int, *names: str) -> None:
-    at_least(section, low, *names, prefix="inference.")
+    at_least({n: getattr(section, n) for n in names}, low, prefix="inference.")
 
 
 def _check_backend(section: Any, name: str) -> None:

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
-def at_least(obj: Any, low: int, *names: str, prefix: str = "",
+def at_least(values: Mapping[str, Any], low: int, *, prefix: str = "",
              error: type[Exception] = ValueError) -> None:
-    """Raise ``error`` naming ``prefix + name`` for the first of ``names`` below ``low``.
+    """Raise ``error`` naming ``prefix + name`` for the first of ``values`` below ``low``.
 
-    None passes (a value fitted later, or unset, is checked where it is set).
+    ``values``: field name -> value. None passes (a value fitted later, or
+    unset, is checked where it is set).
 
-    >>> at_least(type("R", (), {"n": 0})(), 1, "n", prefix="rollout.")
+    >>> at_least({"batch_size": 4, "concurrency": 0}, 1, prefix="rollout.")
     Traceback (most recent call last):
     ...
-    ValueError: rollout.n must be >= 1, got 0
+    ValueError: rollout.concurrency must be >= 1, got 0
     """
-    for name in names:
-        value = getattr(obj, name)
+    for name, value in values.items():
         if value is not None and value < low:
             raise error(f"{prefix}{name} must be >= {low}, got {value}")

@@ -388,4 +388,4 @@ class TrainConfig:
 def _at_least(obj: Any, low: int, *names: str) -> None:
     prefix = {RolloutConfig: "rollout.", WarmStartConfig: "warm_start.", EvalConfig: "eval.",
               CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
-    at_least(obj, low, *names, prefix=prefix, error=ConfigError)
+    at_least({n: getattr(obj, n) for n in names}, low, prefix=prefix, error=ConfigError)
