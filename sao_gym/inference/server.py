@@ -23,7 +23,10 @@ talks to it exactly as to ``vllm serve``. Routes:
   requests may then name ``lora_name`` as their model. The adapter alone
   crosses the wire.
 - ``GET /v1/models``, ``GET /server_info`` (reports
-  ``logprobs_mode: processed_logprobs``), ``GET /health``.
+  ``logprobs_mode: processed_logprobs``), ``GET /health``;
+- with the model's tokenizer, OpenAI's ``POST /v1/chat/completions`` and the
+  per-episode routes of the gateway (:mod:`sao_gym.gateway.app`): messages in,
+  the reply and its exact tokens out, behind the same pause.
 
 Bad requests get HTTP 400 with vLLM's error shape
 ``{"error": {"message", "type", "code"}}``.
@@ -41,6 +44,7 @@ from typing import Any
 from aiohttp import web
 
 from sao_gym.types import Generation, SamplingParams
+from sao_gym.utils.sse import keep_alive
 
 logger = logging.getLogger(__name__)
 
@@ -154,13 +158,7 @@ class _Server:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         try:
-            while True:  # keep-alive comments while the generation runs
-                done, _ = await asyncio.wait({task}, timeout=self.keepalive_s)
-                if done:
-                    break
-                if not resp.prepared:
-                    await resp.prepare(request)
-                await resp.write(b": keep-alive\n\n")
+            await keep_alive(task, resp, request, self.keepalive_s)
             try:
                 gen = task.result()
             except ValueError as e:
@@ -278,14 +276,23 @@ class _Server:
 
 
 def build_app(backend: Any, *, model: str = "policy", max_model_len: int,
-              eos_token_ids: tuple[int, ...] = (), keepalive_s: float = 5.0) -> web.Application:
+              eos_token_ids: tuple[int, ...] = (), keepalive_s: float = 5.0,
+              tokenizer: Any = None) -> web.Application:
     """The aiohttp application serving ``backend`` as ``model`` (see the module docs).
 
-    ``eos_token_ids`` stop requests sent without ``ignore_eos``. Closing the
-    application closes the backend.
+    ``eos_token_ids`` stop requests sent without ``ignore_eos``. With the
+    model's ``tokenizer``, the chat gateway's routes are served too
+    (:class:`~sao_gym.gateway.app.Gateway`). Closing the application closes
+    the backend.
     """
     s = _Server(backend, model, max_model_len, tuple(eos_token_ids), keepalive_s)
     app = web.Application(client_max_size=1 << 26)
+    if tokenizer is not None:
+        from sao_gym.gateway.app import Gateway
+
+        app.add_routes(Gateway(backend, tokenizer, models=lambda: (s.model, *s.adapters),
+                               max_context_tokens=max_model_len, gate=s.running,
+                               keepalive_s=keepalive_s).routes())
     app.add_routes([
         web.post("/v1/completions", s.completions), web.post("/pause", s.pause),
         web.post("/resume", s.resume), web.get("/is_paused", s.is_paused),
@@ -328,7 +335,8 @@ def serve(model_path: str, *, host: str = "127.0.0.1", port: int = 8000,
             else None
         eos_ids = tuple(eos if isinstance(eos, list) else [] if eos is None else [eos])
         return build_app(backend, model=served_model_name, eos_token_ids=eos_ids,
-                         max_model_len=min(max_model_len or positions, positions))
+                         max_model_len=min(max_model_len or positions, positions),
+                         tokenizer=backend.tokenizer)
 
     logger.info("sao-gym serve: %s on http://%s:%d as %r", model_path, host, port,
                 served_model_name)

@@ -450,3 +450,21 @@ async def test_a_launched_server_killed_during_training_is_replaced_and_no_episo
     assert "--- restart 1 ---" in (run / "servers" / "server-0.log").read_text()
     with pytest.raises(OSError):  # stopped with the run
         weight_info(new.url)
+
+
+async def test_sao_serve_answers_the_official_openai_chat_client(served):
+    """The `sao-gym serve` process itself (not only its app in-process) speaks the chat API."""
+    kind, url = served
+    if kind != "sao":
+        pytest.skip("the chat gateway is sao-gym serve's (vLLM has its own chat route)")
+    openai = pytest.importorskip("openai")
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="none", max_retries=0,
+                                timeout=60)
+    reply = await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "Add 2 and 3."}], max_tokens=6,
+        seed=1, logprobs=True, extra_body={"return_token_ids": True})
+    sampled = reply.model_dump()["choices"][0]["token_ids"]
+    assert 1 <= len(sampled) <= 6 and len(reply.choices[0].logprobs.content) == len(sampled)
+    with pytest.raises(openai.BadRequestError, match="unsupported parameter"):
+        await client.chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "hi"}], presence_penalty=1.0)

@@ -1,0 +1,153 @@
+"""One episode's chat calls, stitched into exact token segments.
+
+A harness calls the model again and again, each time sending the whole
+conversation: the previous messages, the reply it got, and what its tools
+answered. :class:`ChatEpisode` keeps the episode's token sequence the way
+:class:`~sao_gym.agents.LLMAgent` keeps an env episode's (it runs one per
+segment):
+
+- a call whose messages start with the previous call's messages followed by
+  the reply the gateway gave (compared as messages: role, text, tool names
+  and arguments, tool-call ids of tool messages) **continues** the segment:
+  only the new messages are tokenized, as the chat template's delta after the
+  sampled turn (``loss_mask`` 0), and the reply's tokens are the ones the
+  sampler produced, with its logprobs and policy versions. The text the
+  harness sends back is never re-tokenized, so a reply whose text tokenizes
+  differently from the way it was sampled still trains on what was sampled;
+- any other call (the harness truncated, summarised or edited its history,
+  changed the tools, or inserted an assistant turn of its own) starts a new
+  **segment**: its whole conversation is the new segment's prompt. The
+  segments of an episode share its reward.
+
+Calls of one episode run one at a time, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sao_gym.gateway.request import ChatRequest, GatewayError
+from sao_gym.types import Generation, Message, Trajectory
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One call's answer."""
+
+    message: Message
+    """The reply as the harness gets it (``content`` and any ``tool_calls``)."""
+    generation: Generation
+    """What the sampler produced, every token (the stop token included)."""
+    prompt_ids: list[int]
+    """The tokens the model was given: the segment so far."""
+    finish_reason: str
+    """OpenAI's: ``stop``, ``tool_calls`` or ``length``."""
+    segment: int
+    """Which segment of the episode the call extended or began (0-based)."""
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _key(message: Message) -> tuple[Any, ...]:
+    """What must agree for two messages to be the same turn of a conversation."""
+    calls = tuple((c["function"]["name"], json.dumps(_arguments(c["function"].get("arguments")),
+                                                     sort_keys=True))
+                  for c in message.get("tool_calls") or [])
+    return (message.get("role"), message.get("content") or "", calls,
+            message.get("tool_call_id") if message.get("role") == "tool" else None)
+
+
+class ChatEpisode:
+    """The calls of one episode (module docs).
+
+    Args:
+        backend: samples the replies (any inference backend).
+        tokenizer: the served model's tokenizer, with its chat template.
+        max_context_tokens: the segment's token budget (the served context).
+        episode_id: named in errors.
+
+    """
+
+    def __init__(self, backend: Any, tokenizer: Any, *, max_context_tokens: int,
+                 episode_id: str = ""):
+        self.backend, self.tokenizer = backend, tokenizer
+        self.max_context_tokens, self.episode_id = max_context_tokens, episode_id
+        self._finished: list[Trajectory] = []
+        self._agent: Any = None
+        self._history: list[Message] = []
+        self._tools: list[dict[str, Any]] = []
+        self._lock = asyncio.Lock()
+        self.calls = 0
+        """Calls answered so far."""
+
+    def _continuation(self, request: ChatRequest) -> list[Message] | None:
+        """The new messages of a call that continues the segment, else None."""
+        n = len(self._history)
+        if (self._agent is None or request.tools != self._tools
+                or len(request.messages) <= n
+                or [_key(m) for m in request.messages[:n]] != [_key(m) for m in self._history]):
+            return None
+        new = request.messages[n:]
+        return None if any(m["role"] == "assistant" for m in new) else new
+
+    def _segment(self, request: ChatRequest) -> Any:
+        """A new segment whose prompt is the call's whole conversation."""
+        from sao_gym.agents import LLMAgent
+
+        if self._agent is not None:
+            self._finished.append(self._agent.trajectory())
+        agent = LLMAgent(self.backend, self.tokenizer, max_new_tokens=1,
+                         max_context_tokens=self.max_context_tokens)
+        agent.reset(request.messages, {"tools": request.tools})
+        self._agent, self._tools = agent, request.tools
+        return agent
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Answer one call, extending the episode's record (module docs)."""
+        from sao_gym.core import ContextExhausted
+
+        async with self._lock:
+            new = self._continuation(request)
+            if new is None:
+                agent = self._segment(request)
+            else:
+                agent = self._agent
+                agent.observe(new)
+            agent.max_new_tokens = request.max_tokens or self.max_context_tokens
+            agent.temperature, agent.top_p, agent.seed = (request.temperature, request.top_p,
+                                                          request.seed)
+            try:
+                reply = await agent.act()
+            except ContextExhausted as e:
+                raise GatewayError(f"this call does not fit the context of "
+                                   f"{self.max_context_tokens} tokens ({e})",
+                                   code="context_length_exceeded", param="messages") from None
+            gen = agent.last_generation
+            if request.tool_choice == "none" and reply.get("tool_calls"):
+                ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
+                reply = {"role": "assistant",
+                         "content": self.tokenizer.decode(ids, skip_special_tokens=False)}
+            self._history = [*request.messages, reply]
+            self.calls += 1
+            finish = ("length" if gen.finish_reason == "length"
+                      else "tool_calls" if reply.get("tool_calls") else "stop")
+            prompt = agent.trajectory().token_ids[:agent.last_prompt_length]
+            return Completion(reply, gen, prompt, finish, len(self._finished))
+
+    def segments(self) -> list[Trajectory]:
+        """The episode's token-exact record so far, one trajectory per segment."""
+        current = [self._agent.trajectory()] if self._agent is not None else []
+        return [*self._finished, *current]
+
+
+__all__ = ["ChatEpisode", "Completion"]
