@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from sao_gym.runtime.config.build import eval_plan, train_plan
@@ -62,7 +60,6 @@ def test_fitted_budgets_reach_every_record_that_uses_them():
     assert fitted.record["rollout"]["max_new_tokens"] == 32
     assert fitted.record["warm_start"]["label_smoothing"] == 0.07
     assert fitted.parts.sink.record == fitted.record  # the loggers record the fitted config
-    assert load_config(None, []).to_dict() != fitted.record
     assert plan.record["rollout"]["max_new_tokens"] is None  # the plan itself is unchanged
     assert fitted.eval.report()["max_context_tokens"] == 640
 
@@ -95,4 +92,3 @@ def test_an_eval_plan_takes_its_episodes_and_seed():
     report = plan.report()
     assert report["env"] == "sao_gym/Arithmetic-v0" and report["max_new_tokens"] == 8
     assert report["max_episode_steps"] == 8  # the env's registered limit
-    assert dataclasses.replace(plan, episodes=1).episodes == 1

@@ -116,11 +116,14 @@ def backend_factory(config: TrainConfig, *, batch_invariant: bool = False) -> An
     return inf
 
 
-def budgets(config: TrainConfig) -> Budgets:
-    """The config's token budgets and warm-start label smoothing (None: to be fitted)."""
-    ws = config.warm_start
-    return Budgets(config.rollout.max_new_tokens, config.rollout.max_context_tokens,
-                   ws.label_smoothing if ws is not None and ws.steps else 0.0)
+def budgets(config: TrainConfig, *, warm_start: bool) -> Budgets:
+    """The config's token budgets and label smoothing (None: to be fitted).
+
+    Without a warm start (``warm_start``: the run has demonstrations to train on)
+    the label smoothing is 0.0: there is nothing to fit it to.
+    """
+    smoothing = config.warm_start.label_smoothing if warm_start else 0.0
+    return Budgets(config.rollout.max_new_tokens, config.rollout.max_context_tokens, smoothing)
 
 
 def rollout_factory(config: TrainConfig, *, temperature: float | None = None,
@@ -136,7 +139,7 @@ def rollout_factory(config: TrainConfig, *, temperature: float | None = None,
     r = config.rollout
     if batch_invariant is None:
         batch_invariant = training and config.max_staleness == 0
-    agent = AgentFactory(r.max_new_tokens, r.max_context_tokens,
+    agent = AgentFactory(None, None,
                          temperature=r.temperature if temperature is None else temperature,
                          top_p=r.top_p, tool_schemas=r.tool_schemas)
     factory = RolloutFactory(env_factory(config),
@@ -235,7 +238,8 @@ def prepare_plan(config: TrainConfig) -> PreparePlan:
     model = ModelPlan(config.model, config.seed, dict(config.model_options),
                       config.chat_template)
     return PreparePlan(model=model, env=env_factory(config), seed=config.seed,
-                       turn_limit=turn_limit(config), budgets=budgets(config),
+                       turn_limit=turn_limit(config),
+                       budgets=budgets(config, warm_start=demos is not None),
                        demonstrations=demos, sft=sft_settings(config) if demos else None,
                        no_warm_start=why)
 

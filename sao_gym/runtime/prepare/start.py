@@ -93,8 +93,6 @@ def prepare(plan: PreparePlan, run_dir: str | Path, *,
     budgets, lines = fit_budgets(budgets, train_demos + holdout, turn_limit=plan.turn_limit,
                                  model_positions=positions)
     budgets, more = fit_label_smoothing(budgets, train_demos)
-    if budgets.label_smoothing is None:  # nothing to fit it to: there is no warm start
-        budgets = dataclasses.replace(budgets, label_smoothing=0.0)
     for line in lines + more:
         say(line)
     save(budgets)
