@@ -15,7 +15,7 @@ import asyncio
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,14 +151,30 @@ async def run_episodes(
     exception of ``on_done`` or a cancellation propagates, after every
     episode still running is cancelled and its env closed.
     """
+
+    async def play(s: int) -> Rollout:
+        agent = functools.partial(make_agent, seed=s) if seed_agents else make_agent
+        return await play_episode(make_env, agent, seed=s)
+
+    return await play_seeds(play, episodes, concurrency=concurrency, seed=seed, on_done=on_done)
+
+
+async def play_seeds(play: Callable[[int], Awaitable[Rollout]], episodes: int, *,
+                     concurrency: int = 8, seed: int = 0,
+                     on_done: Callable[[Rollout], None] | None = None) -> list[Rollout]:
+    """``play(s)`` for ``s = seed, seed+1, ...``, ``concurrency`` at once; results in seed order.
+
+    ``play`` returns failures as data (an ``infra_failure`` rollout). Only an
+    exception of ``play`` or ``on_done``, or a cancellation, propagates, after
+    every episode still running is cancelled.
+    """
     if episodes < 1 or concurrency < 1:
         raise ValueError("episodes and concurrency must be >= 1")
     slots = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> Rollout:
         async with slots:
-            agent = functools.partial(make_agent, seed=seed + i) if seed_agents else make_agent
-            rollout = await play_episode(make_env, agent, seed=seed + i)
+            rollout = await play(seed + i)
         if on_done is not None:
             on_done(rollout)
         return rollout

@@ -96,6 +96,8 @@ def rollout_record(rollout: Rollout, *, split: str, step: int | None = None,
         "group_id": rollout.group_id, "policy_version": rollout.start_version,
         "metrics": {k: _floats([v], 6)[0] for k, v in rollout.metrics.items()},
         "messages": list(rollout.messages), "tokens": tokens, "time": round(time.time(), 3)}
+    if rollout.segment_starts:
+        record["segments"] = list(rollout.segment_starts)
     if learner:
         unknown = sorted(set(learner) - set(LEARNER_KEYS))
         if unknown:

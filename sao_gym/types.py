@@ -195,6 +195,14 @@ class Rollout:
     group_id: int | None = None
     """Id of the group the rollout source sampled this rollout in (rollouts of one
     task sampled together share it; GRPO normalises within it). ``None``: no group."""
+    segment_starts: list[int] = field(default_factory=list)
+    """Where each segment after the first begins in ``token_ids`` (empty: one segment).
+
+    An episode whose agent rewrote its own history (a harness behind the
+    gateway that truncated or summarised its conversation) is several token
+    sequences, each with its own prompt: the learner runs each segment as a
+    sequence of its own, and its GAE links the last action token of a segment
+    to the first action token of the next (``docs/learner.md``)."""
 
     def __post_init__(self) -> None:
         n = len(self.token_ids)
@@ -206,6 +214,10 @@ class Rollout:
         bad = {k: v for k, v in lengths.items() if v != n}
         if bad:
             raise ValueError(f"Rollout fields must have len(token_ids)={n}; got {bad}")
+        bounds = [0, *self.segment_starts, n]
+        if self.segment_starts and any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ValueError(f"segment_starts must rise strictly inside (0, {n}); got "
+                             f"{self.segment_starts}")
         if not isinstance(self.stop_reason, StopReason):
             object.__setattr__(self, "stop_reason", StopReason(self.stop_reason))
         if self.start_version is None:
@@ -217,6 +229,12 @@ class Rollout:
     def num_action_tokens(self) -> int:
         """Number of tokens sampled by the policy."""
         return sum(self.loss_mask)
+
+    @property
+    def segment_spans(self) -> list[tuple[int, int]]:
+        """``(start, stop)`` of each segment in ``token_ids``, in order."""
+        bounds = [0, *self.segment_starts, len(self.token_ids)]
+        return list(zip(bounds, bounds[1:]))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (``StopReason`` as its string value)."""

@@ -6,6 +6,8 @@
   harness needs (``OPENAI_BASE_URL``);
 - ``POST /episodes/ID/v1/chat/completions``: a call of that episode
   (:class:`~sao_gym.gateway.episode.ChatEpisode`); ``GET /episodes/ID/v1/models``;
+- ``POST /episodes/ID/reward`` (``{"reward": number}``): the episode's reward,
+  when the harness knows it;
 - ``GET /episodes/ID``: the episode's token-exact segments; ``DELETE
   /episodes/ID``: end it (answering the same), after which its calls get 409.
 
@@ -14,6 +16,7 @@ Replies are OpenAI's ``chat.completion`` (or, with ``stream``, its
 reply is sampled), plus vLLM's ``prompt_token_ids`` and ``token_ids`` when
 ``return_token_ids`` is set. Errors have OpenAI's shape: 400 for a bad body,
 404 for an unknown episode or model, 409 for a call after its episode ended,
+413 for a body over :data:`MAX_BODY` bytes (the application's ``client_max_size``),
 503 when the backend fails.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -32,9 +36,26 @@ from sao_gym.gateway.episode import ChatEpisode, Completion
 from sao_gym.gateway.request import ChatRequest, GatewayError, parse_chat_request
 from sao_gym.utils.sse import keep_alive
 
+logger = logging.getLogger(__name__)
+
+MAX_BODY = 64 << 20
+"""The largest request body an application serving the gateway should accept (bytes)."""
+
 
 def _error(error: GatewayError) -> web.Response:
     return web.json_response(error.body(), status=error.status)
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request's JSON body, or :class:`GatewayError` (400 not JSON, 413 too large)."""
+    try:
+        return await request.json()
+    except json.JSONDecodeError as e:
+        raise GatewayError(f"the request body is not JSON: {e}") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise GatewayError(f"the request body is larger than the {request.app._client_max_size}"
+                           " bytes this server accepts", code="request_too_large",
+                           status=413) from None
 
 
 def _logprobs(tokenizer: Any, gen: Any) -> dict[str, Any]:
@@ -62,15 +83,19 @@ class Gateway:
         max_context_tokens: a segment's token budget (the served context).
         gate: set while new calls may start (a server's pause); None: always.
         keepalive_s: seconds between keep-alive comments of a streamed reply.
+        max_new_tokens, sampling: an episode's limits
+            (:class:`~sao_gym.gateway.episode.ChatEpisode`; a training run sets both).
 
     """
 
     def __init__(self, backend: Any, tokenizer: Any, *, models: Callable[[], tuple[str, ...]],
                  max_context_tokens: int, gate: asyncio.Event | None = None,
-                 keepalive_s: float = 5.0):
+                 keepalive_s: float = 5.0, max_new_tokens: int | None = None,
+                 sampling: tuple[float, float] | None = None):
         self.backend, self.tokenizer, self.models = backend, tokenizer, models
         self.max_context_tokens, self.gate, self.keepalive_s = (max_context_tokens, gate,
                                                                 keepalive_s)
+        self.max_new_tokens, self.sampling = max_new_tokens, sampling
         self.episodes: dict[str, ChatEpisode] = {}
         self.ended: set[str] = set()
 
@@ -80,6 +105,7 @@ class Gateway:
                 web.post("/episodes", self.open),
                 web.post("/episodes/{episode}/v1/chat/completions", self.call),
                 web.get("/episodes/{episode}/v1/models", self.list_models),
+                web.post("/episodes/{episode}/reward", self.give_reward),
                 web.get("/episodes/{episode}", self.record),
                 web.delete("/episodes/{episode}", self.end)]
 
@@ -93,15 +119,16 @@ class Gateway:
                                param="episode", code="episode_not_found", status=404)
         return self.episodes[episode_id]
 
-    def new_episode(self, episode_id: str | None = None) -> str:
-        """Open an episode; its id."""
+    def new_episode(self, episode_id: str | None = None, *, seed: int | None = None) -> str:
+        """Open an episode (``seed``: its sampling seed); its id."""
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self.episodes or episode_id in self.ended:
             raise GatewayError(f"episode {episode_id!r} exists already", param="id",
                                code="episode_exists", status=409)
-        self.episodes[episode_id] = ChatEpisode(self.backend, self.tokenizer,
-                                                max_context_tokens=self.max_context_tokens,
-                                                episode_id=episode_id)
+        self.episodes[episode_id] = ChatEpisode(
+            self.backend, self.tokenizer, max_context_tokens=self.max_context_tokens,
+            episode_id=episode_id, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
+            seed=seed)
         return episode_id
 
     def end_episode(self, episode_id: str) -> ChatEpisode:
@@ -115,17 +142,33 @@ class Gateway:
     async def open(self, request: web.Request) -> web.Response:
         """``POST /episodes``: open an episode; its id and base URL (201)."""
         try:
-            body = await request.json() if request.can_read_body else {}
+            body = await read_json(request) if request.can_read_body else {}
             if not isinstance(body, dict) or set(body) - {"id"} or not isinstance(
                     body.get("id", ""), str):
                 raise GatewayError('the body must be {} or {"id": "..."}')
             episode_id = self.new_episode(body.get("id") or None)
-        except json.JSONDecodeError as e:
-            return _error(GatewayError(f"the request body is not JSON: {e}"))
         except GatewayError as e:
             return _error(e)
         return web.json_response({"id": episode_id, "base_url": f"/episodes/{episode_id}/v1"},
                                  status=201)
+
+    async def give_reward(self, request: web.Request) -> web.Response:
+        """``POST /episodes/ID/reward`` (``{"reward": number}``): the episode's reward."""
+        from sao_gym.gateway.harness import HarnessFailed, as_reward
+
+        try:
+            episode = self.episode(request.match_info["episode"])
+            body = await read_json(request)
+            if not isinstance(body, dict) or set(body) != {"reward"}:
+                raise GatewayError('the body must be {"reward": number}', param="reward")
+            try:
+                episode.reward = as_reward(body["reward"], where="the posted reward")
+            except HarnessFailed as e:
+                raise GatewayError(str(e), param="reward") from None
+        except GatewayError as e:
+            return _error(e)
+        return web.json_response({"id": request.match_info["episode"],
+                                  "reward": episode.reward})
 
     async def record(self, request: web.Request) -> web.Response:
         """``GET /episodes/ID``: the episode's token-exact segments."""
@@ -173,22 +216,25 @@ class Gateway:
             for t in episode.segments()]}
 
     async def _complete(self, episode: ChatEpisode, chat: ChatRequest) -> Completion:
-        from sao_gym.inference.base import InferenceError
+        from sao_gym.inference.base import BackendClosed, InferenceError
 
         if self.gate is not None:
             await self.gate.wait()
         try:
             return await episode.complete(chat)
-        except InferenceError as e:
+        except (InferenceError, BackendClosed) as e:  # BackendClosed: the run is stopping
             raise GatewayError(f"the inference backend failed: {e}", code="backend_error",
                                status=503, kind="server_error") from None
+        except GatewayError:
+            raise
+        except Exception as e:  # a bug of ours: an OpenAI-shaped 500, and the log has it all
+            logger.exception("answering a chat call failed")
+            raise GatewayError(f"the gateway failed: {type(e).__name__}: {e}",
+                               code="internal_error", status=500, kind="server_error") from None
 
     async def _answer(self, request: web.Request, episode: ChatEpisode) -> web.StreamResponse:
         try:
-            try:
-                body = await request.json()
-            except json.JSONDecodeError as e:
-                raise GatewayError(f"the request body is not JSON: {e}") from None
+            body = await read_json(request)
             chat = parse_chat_request(body, models=self.models())
         except GatewayError as e:
             return _error(e)

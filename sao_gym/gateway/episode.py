@@ -31,6 +31,7 @@ from typing import Any
 
 from sao_gym.gateway.request import ChatRequest, GatewayError
 from sao_gym.types import Generation, Message, Trajectory
+from sao_gym.utils.seeds import mixed_seed
 
 
 @dataclass(frozen=True)
@@ -75,20 +76,37 @@ class ChatEpisode:
         tokenizer: the served model's tokenizer, with its chat template.
         max_context_tokens: the segment's token budget (the served context).
         episode_id: named in errors.
+        max_new_tokens: the most tokens one call samples, whatever it asks (None: the
+            context's room).
+        sampling: ``(temperature, top_p)`` every call samples with, whatever it asks
+            (a training run's: the learner scores tokens at the run's temperature);
+            None: each call's own.
+        seed: the episode's sampling seed: a call without a ``seed`` of its own
+            samples with one drawn from it (segment and turn mixed in); None: the
+            backend's shared stream.
 
     """
 
     def __init__(self, backend: Any, tokenizer: Any, *, max_context_tokens: int,
-                 episode_id: str = ""):
+                 episode_id: str = "", max_new_tokens: int | None = None,
+                 sampling: tuple[float, float] | None = None, seed: int | None = None):
         self.backend, self.tokenizer = backend, tokenizer
         self.max_context_tokens, self.episode_id = max_context_tokens, episode_id
+        self.max_new_tokens, self.sampling, self.seed = max_new_tokens, sampling, seed
         self._finished: list[Trajectory] = []
         self._agent: Any = None
         self._history: list[Message] = []
         self._tools: list[dict[str, Any]] = []
+        self._segment_seed: int | None = None
         self._lock = asyncio.Lock()
         self.calls = 0
         """Calls answered so far."""
+        self.overridden = 0
+        """Calls that asked for a temperature or top_p other than ``sampling``'s."""
+        self.reward: float | None = None
+        """The reward posted for the episode (``POST /episodes/ID/reward``), if any."""
+        self.exhausted = False
+        """A call did not fit the context (answered ``context_length_exceeded``)."""
 
     def _continuation(self, request: ChatRequest) -> list[Message] | None:
         """The new messages of a call that continues the segment, else None."""
@@ -106,6 +124,8 @@ class ChatEpisode:
 
         if self._agent is not None:
             self._finished.append(self._agent.trajectory())
+        self._segment_seed = (None if self.seed is None
+                              else mixed_seed(self.seed, len(self._finished)))
         agent = LLMAgent(self.backend, self.tokenizer, max_new_tokens=1,
                          max_context_tokens=self.max_context_tokens)
         agent.reset(request.messages, {"tools": request.tools})
@@ -123,12 +143,17 @@ class ChatEpisode:
             else:
                 agent = self._agent
                 agent.observe(new)
-            agent.max_new_tokens = request.max_tokens or self.max_context_tokens
-            agent.temperature, agent.top_p, agent.seed = (request.temperature, request.top_p,
-                                                          request.seed)
+            limits = [n for n in (request.max_tokens, self.max_new_tokens) if n]
+            agent.max_new_tokens = min(limits) if limits else self.max_context_tokens
+            asked = (request.temperature, request.top_p)
+            if self.sampling is not None and asked != self.sampling:
+                self.overridden += 1
+            agent.temperature, agent.top_p = self.sampling or asked
+            agent.seed = request.seed if request.seed is not None else self._segment_seed
             try:
                 reply = await agent.act()
             except ContextExhausted as e:
+                self.exhausted = True
                 raise GatewayError(f"this call does not fit the context of "
                                    f"{self.max_context_tokens} tokens ({e})",
                                    code="context_length_exceeded", param="messages") from None
@@ -143,6 +168,10 @@ class ChatEpisode:
                       else "tool_calls" if reply.get("tool_calls") else "stop")
             prompt = agent.trajectory().token_ids[:agent.last_prompt_length]
             return Completion(reply, gen, prompt, finish, len(self._finished))
+
+    def transcript(self) -> list[Message]:
+        """The conversation as the harness last sent it, the last reply included."""
+        return [dict(m) for m in self._history]  # type: ignore[misc]
 
     def segments(self) -> list[Trajectory]:
         """The episode's token-exact record so far, one trajectory per segment."""

@@ -43,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sao_gym.gateway.app import MAX_BODY
 from sao_gym.types import Generation, SamplingParams
 from sao_gym.utils.sse import keep_alive
 
@@ -286,7 +287,7 @@ def build_app(backend: Any, *, model: str = "policy", max_model_len: int,
     the backend.
     """
     s = _Server(backend, model, max_model_len, tuple(eos_token_ids), keepalive_s)
-    app = web.Application(client_max_size=1 << 26)
+    app = web.Application(client_max_size=MAX_BODY)
     if tokenizer is not None:
         from sao_gym.gateway.app import Gateway
 

@@ -16,8 +16,8 @@ placed on it (the episode's reward sits on its last action token).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -27,63 +27,85 @@ from sao_gym.types import Rollout
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """Right-padded tensors of some rollouts of a batch."""
+    """Right-padded tensors of some rollouts of a batch, a row per segment."""
 
     indices: list[int]
-    """Positions of these rollouts in the batch."""
+    """The rollout (its position in the batch) of each row. A rollout of several
+    segments (:attr:`~sao_gym.types.Rollout.segment_starts`) has a row per
+    segment, in order, all in one micro-batch."""
     input_ids_BT: torch.Tensor
     attention_mask_BT: torch.Tensor
     action_mask_BT: torch.Tensor
     """1.0 on action tokens (``Rollout.loss_mask``), else 0.0."""
     rollout_logprobs_BT: torch.Tensor
     rewards_BT: torch.Tensor
-    """The episode's reward on its last action token, 0 elsewhere."""
+    """The episode's reward on its last action token (of its last segment), 0 elsewhere."""
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """Each row's ``(start, stop)`` in its rollout's tokens (empty: whole rollouts)."""
 
     @property
     def num_tokens(self) -> int:
         """Real (unpadded) tokens in the micro-batch."""
         return int(self.attention_mask_BT.sum())
 
+    def row_spans(self) -> list[tuple[int, int]]:
+        """Each row's ``(start, stop)`` in its rollout's tokens."""
+        if self.spans:
+            return self.spans
+        lengths = self.attention_mask_BT.sum(-1).tolist()
+        return [(0, int(n)) for n in lengths]
 
-def plan_micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group indices so that ``len(group) * max(length in group) <= max_tokens``.
 
-    Longest first, so groups hold rollouts of similar lengths; every index
-    appears exactly once; an over-long rollout forms its own group.
+def plan_micro_batches(lengths: Sequence[int], max_tokens: int,
+                       rows: Sequence[int] | None = None) -> list[list[int]]:
+    """Group indices so that each group's padded size stays within ``max_tokens``.
+
+    Item ``i`` is ``rows[i]`` rows (1 by default) of at most ``lengths[i]``
+    tokens; a group's padded size is its rows times its longest row. Longest
+    first, so groups hold items of similar lengths; every index appears
+    exactly once; an item over the budget forms its own group.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+    rows = [1] * len(lengths) if rows is None else list(rows)
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     groups: list[list[int]] = []
+    used = 0
     for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= max_tokens:
+        if groups and (used + rows[i]) * lengths[groups[-1][0]] <= max_tokens:
             groups[-1].append(i)
+            used += rows[i]
         else:
             groups.append([i])
+            used = rows[i]
     return groups
 
 
 def collate(rollouts: Sequence[Rollout], indices: list[int], pad_id: int = 0) -> MicroBatch:
-    """Right-pad ``rollouts[i] for i in indices`` into a :class:`MicroBatch`."""
-    rows = [rollouts[i] for i in indices]
-    T = max(len(r.token_ids) for r in rows)
+    """Right-pad ``rollouts[i] for i in indices`` into a :class:`MicroBatch`, a row a segment."""
+    rows = [(i, a, b) for i in indices for a, b in rollouts[i].segment_spans]
+    T = max(b - a for _, a, b in rows)
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros((B, T), dtype=torch.long)
     action = torch.zeros((B, T))
     logp = torch.zeros((B, T))
     rewards = torch.zeros((B, T))
-    for b, r in enumerate(rows):
-        n = len(r.token_ids)
-        if n == 0 or not any(r.loss_mask):
-            raise ValueError(f"rollout {indices[b]} has no action tokens to train on")
-        ids[b, :n] = torch.tensor(r.token_ids)
+    for b, (i, start, stop) in enumerate(rows):
+        r, n = rollouts[i], stop - start
+        mask = r.loss_mask[start:stop]
+        if n == 0 or not any(mask):
+            where = "" if (start, stop) == (0, len(r.token_ids)) else f" (segment {start}:{stop})"
+            raise ValueError(f"rollout {i}{where} has no action tokens to train on")
+        ids[b, :n] = torch.tensor(r.token_ids[start:stop])
         attn[b, :n] = 1
-        action[b, :n] = torch.tensor(r.loss_mask, dtype=torch.float32)
-        logp[b, :n] = torch.tensor(r.rollout_logprobs, dtype=torch.float32)
-        last = n - 1 - r.loss_mask[::-1].index(1)
-        rewards[b, last] = r.reward
-    return MicroBatch(indices, ids, attn, action, logp, rewards)
+        action[b, :n] = torch.tensor(mask, dtype=torch.float32)
+        logp[b, :n] = torch.tensor(r.rollout_logprobs[start:stop], dtype=torch.float32)
+        if stop == len(r.token_ids):
+            rewards[b, n - 1 - mask[::-1].index(1)] = r.reward
+    segmented = any(rollouts[i].segment_starts for i in indices)
+    return MicroBatch([i for i, _, _ in rows], ids, attn, action, logp, rewards,
+                      [(a, b) for _, a, b in rows] if segmented else [])
 
 
 def micro_batches(
@@ -93,10 +115,13 @@ def micro_batches(
     """Plan and collate micro-batches of ``rollouts`` under ``max_tokens``.
 
     With ``subset`` only those rollouts are micro-batched (planned on their
-    own); ``MicroBatch.indices`` are positions in ``rollouts`` either way.
+    own); ``MicroBatch.indices`` are positions in ``rollouts`` either way. The
+    segments of a rollout stay in one micro-batch (its GAE links them).
     """
     subset = list(range(len(rollouts))) if subset is None else list(subset)
-    plan = plan_micro_batches([len(rollouts[i].token_ids) for i in subset], max_tokens)
+    spans = [rollouts[i].segment_spans for i in subset]
+    plan = plan_micro_batches([max(b - a for a, b in s) for s in spans], max_tokens,
+                              [len(s) for s in spans])
     return [collate(rollouts, [subset[j] for j in group], pad_id) for group in plan]
 
 
@@ -126,12 +151,34 @@ ENTROPY_CHUNK = 512
 
 def per_rollout_rows(tensors_BT: Sequence[torch.Tensor], mbs: Sequence[MicroBatch],
                      rollouts: Sequence[Rollout]) -> list[torch.Tensor]:
-    """Un-pad micro-batch rows: ``out[i]`` is rollout ``i``'s row, ``[len(token_ids)]``."""
+    """Un-pad micro-batch rows: ``out[i]`` is rollout ``i``'s, ``[len(token_ids)]``.
+
+    A rollout of several segments gets its rows laid end to end.
+    """
     out: list[torch.Tensor] = [torch.empty(0)] * len(rollouts)
     for x_BT, mb in zip(tensors_BT, mbs, strict=True):
-        for row, i in enumerate(mb.indices):
-            out[i] = x_BT[row, :len(rollouts[i].token_ids)]
+        for i, x in unpad(x_BT, mb).items():
+            out[i] = x
     return out
+
+
+def unpad(x_BT: torch.Tensor, mb: MicroBatch) -> dict[int, torch.Tensor]:
+    """``{rollout: its tokens' values}`` of a micro-batch's ``[B, T]`` tensor (segments joined)."""
+    rows: dict[int, list[torch.Tensor]] = {}
+    for b, (i, (start, stop)) in enumerate(zip(mb.indices, mb.row_spans(), strict=True)):
+        rows.setdefault(i, []).append(x_BT[b, :stop - start])
+    return {i: x[0] if len(x) == 1 else torch.cat(x) for i, x in rows.items()}
+
+
+def rows_of(per_rollout: Sequence[torch.Tensor] | Mapping[int, torch.Tensor],
+            mb: MicroBatch) -> torch.Tensor:
+    """``[B, T]`` of ``mb``'s rows cut from per-rollout 1-d tensors (right-padded with 0).
+
+    ``per_rollout[i]``: rollout ``i``'s values, one a token (segments end to end).
+    """
+    T = mb.input_ids_BT.shape[1]
+    return pad_rows([per_rollout[i][a:b] for i, (a, b) in zip(mb.indices, mb.row_spans(),
+                                                             strict=True)], T)
 
 
 def pad_rows(rows: Sequence[torch.Tensor], T: int) -> torch.Tensor:

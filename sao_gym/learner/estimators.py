@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from sao_gym.learner import advantages as adv_lib
-from sao_gym.learner.batching import MicroBatch
+from sao_gym.learner.batching import MicroBatch, pad_rows, rows_of, unpad
 from sao_gym.learner.critic import values_before
 from sao_gym.types import Rollout
 
@@ -69,30 +69,63 @@ def skip_observation_targets(rollouts: Sequence[Rollout], mb: MicroBatch, after_
     the kind of state the critic is trained on (the one before each turn's
     first action token). Every other rollout, and a truncated one whose final
     observation did not fit its context, ends with its reward (bootstrap 0).
+
+    **Segments.** The rows of a rollout of several segments are laid end to
+    end before the GAE, so the Bellman link runs from the last action token of
+    a segment to the first action token of the next, as it runs across an
+    observation: ``delta = gamma * V(first action of the next segment) - V``
+    (each value from its own segment's context), and the advantage flows back
+    across the boundary with ``gamma * lam``. Only the last segment carries the
+    reward and may bootstrap.
     """
     mask = mb.action_mask_BT
     after_BT = after_BT.to(mask.device)
     v = values_before(after_BT) * mask
     last_action_B = mask.shape[1] - 1 - mask.flip(-1).argmax(-1)
     last_B = mb.attention_mask_BT.to(mask.device).sum(-1).long() - 1
-    truncated = torch.tensor([bootstrap_truncated and rollouts[i].truncated for i in mb.indices],
+    ends = [stop == len(rollouts[i].token_ids) for i, (_, stop) in zip(mb.indices,
+                                                                       mb.row_spans(), strict=True)]
+    truncated = torch.tensor([bootstrap_truncated and rollouts[i].truncated and end
+                              for i, end in zip(mb.indices, ends, strict=True)],
                              device=mask.device)
     after_last_B = after_BT.gather(1, last_B[:, None]).squeeze(1)
     bootstrap = torch.where(truncated & (last_B > last_action_B), after_last_B,
                             torch.zeros_like(after_last_B))
-    a, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=gamma, lam=lam,
-                                          bootstrap_B=bootstrap)
-    return a, ret, v
+    if not mb.spans:  # every row a whole rollout
+        a, ret = adv_lib.skip_observation_gae(mb.rewards_BT, v, mask, gamma=gamma, lam=lam,
+                                              bootstrap_B=bootstrap)
+        return a, ret, v
+    order = list(dict.fromkeys(mb.indices))  # the rollouts; their segments are laid end to end
+    last_row = {i: b for b, (i, end) in enumerate(zip(mb.indices, ends, strict=True)) if end}
+    first_row = {i: mb.indices.index(i) for i in order}
+    T = max(len(rollouts[i].token_ids) for i in order)
+
+    def joined(x_BT: Tensor) -> Tensor:
+        rows = unpad(x_BT, mb)
+        return pad_rows([rows[i] for i in order], T)
+
+    lam_E = torch.as_tensor(lam, dtype=torch.float64, device=mask.device).reshape(-1)
+    if lam_E.numel() > 1:
+        lam_E = lam_E[[first_row[i] for i in order]]
+    a_E, ret_E = adv_lib.skip_observation_gae(
+        joined(mb.rewards_BT), joined(v), joined(mask), gamma=gamma, lam=lam_E,
+        bootstrap_B=bootstrap[[last_row[i] for i in order]])
+    by_rollout = dict(zip(order, a_E, strict=True)), dict(zip(order, ret_E, strict=True))
+    return rows_of(by_rollout[0], mb), rows_of(by_rollout[1], mb), v
 
 
 def gae_advantages(batch: AdvantageBatch) -> list[Tensor]:
-    """Skip-observation GAE with lambda ``1 - 1/(lambda_alpha * action tokens)`` per rollout."""
+    """Skip-observation GAE with lambda ``1 - 1/(lambda_alpha * action tokens)`` per rollout.
+
+    A rollout's action tokens are all of its segments'.
+    """
     if batch.values_after is None:
         raise ValueError("GAE advantages need the critic's values (an algorithm with critic=True)")
     c = batch.config
     out = []
     for mb, after_BT in zip(batch.mbs, batch.values_after, strict=True):
-        lam = adv_lib.length_adaptive_lambda(mb.action_mask_BT.sum(-1), c.lambda_alpha)
+        lam = adv_lib.length_adaptive_lambda(
+            [batch.rollouts[i].num_action_tokens for i in mb.indices], c.lambda_alpha)
         out.append(skip_observation_targets(batch.rollouts, mb, after_BT, gamma=c.gamma,
                                             lam=lam.to(mb.action_mask_BT.device),
                                             bootstrap_truncated=c.bootstrap_truncated)[0])

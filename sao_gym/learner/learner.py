@@ -60,11 +60,12 @@ from sao_gym.learner.batching import (
     first_scored_position,
     masked_mean,
     micro_batches,
-    pad_rows,
     per_rollout_rows,
+    rows_of,
     split_minibatches,
     token_entropy,
     token_logprobs,
+    unpad,
 )
 from sao_gym.learner.config import LearnerConfig, engine_builder
 from sao_gym.learner.critic import ValueModel, values_before
@@ -442,11 +443,10 @@ class Learner:
             part_loss = 0.0
             for j, w in mine:
                 mb, ref = part[j], part_reference[j]
-                adv_BT = pad_rows([advantages[i] for i in mb.indices], mb.input_ids_BT.shape[1])
+                adv_BT = rows_of(advantages, mb)
                 logprobs, entropy_BT = self.score(mb)
                 if scored is not None:
-                    for row, i in enumerate(mb.indices):
-                        scored[i] = logprobs.detach()[row, :len(rollouts[i].token_ids)]
+                    scored.update(unpad(logprobs.detach(), mb))
                 ref = logprobs.detach() if ref is None else ref
                 loss, stats = self._policy_loss(logprobs, ref, adv_BT, mb.action_mask_BT,
                                                 num_tokens=n_tok, num_seqs=n_seq)

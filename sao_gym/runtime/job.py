@@ -72,14 +72,14 @@ def evaluate(plan: EvalPlan, policy_path: str, *, run_dir: str | Path | None = N
     of the run's rollouts (replacing an earlier one of that name; ``step``: the
     learner step of the policy, recorded with them).
     """
-    from sao_gym.evaluation import EpisodeSummary, run_episodes
+    from sao_gym.evaluation import EpisodeSummary, play_seeds
 
     async def play() -> list:
         rollouts = plan.rollouts(policy_path, seed=plan.seed, run_dir=run_dir)
-        try:
-            return await run_episodes(rollouts.make_env, rollouts.make_agent, plan.episodes,
-                                      concurrency=plan.concurrency, seed=plan.seed,
-                                      on_done=on_done, seed_agents=True)
+        try:  # each episode samples with its own seed: the same numbers whatever runs beside
+            return await play_seeds(lambda s: rollouts.play(s, s), plan.episodes,
+                                    concurrency=plan.concurrency, seed=plan.seed,
+                                    on_done=on_done)
         finally:
             await rollouts.aclose()
 

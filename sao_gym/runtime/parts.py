@@ -92,7 +92,7 @@ class Rollouts:
 
     The ``play`` of a :class:`~sao_gym.runtime.loop.source.RolloutSource` and the
     ``backend`` of a :class:`~sao_gym.runtime.loop.trainer.Trainer` (it loads new
-    weights); ``make_env`` and ``make_agent`` serve evaluation.
+    weights). Evaluation plays through ``play`` too.
     """
 
     def __init__(self, make_env: EnvFactory, backend: Any, make_agent: Callable[..., Any]):
@@ -127,13 +127,41 @@ class Rollouts:
 
 
 @dataclass(frozen=True)
+class HarnessFactory:
+    """A harness of the user's as the agent: its tasks and how its reward is taken."""
+
+    harness: Any
+    """The :class:`~sao_gym.gateway.harness.Harness` (a program or a command)."""
+    tasks: Any
+    """The :class:`~sao_gym.gateway.tasks.TaskSource`."""
+    reward: str | None = None
+    """``MODULE:NAME`` of a verifier, or None."""
+
+    def __call__(self, backend: Any, tokenizer: Any, agent: AgentFactory) -> Any:
+        """The :class:`~sao_gym.gateway.rollouts.HarnessRollouts` over ``backend``."""
+        from sao_gym.gateway.rollouts import HarnessRollouts
+
+        agent.check()
+        return HarnessRollouts(self.harness, self.tasks, backend, tokenizer,
+                               max_new_tokens=agent.max_new_tokens,
+                               max_context_tokens=agent.max_context_tokens,
+                               temperature=agent.temperature, top_p=agent.top_p,
+                               reward=self.reward)
+
+
+@dataclass(frozen=True)
 class RolloutFactory:
-    """Env + backend + agent: the :class:`Rollouts` of one process."""
+    """Env + backend + agent: the :class:`Rollouts` of one process.
+
+    With a ``harness`` the episodes are the harness's, through the gateway
+    (:class:`~sao_gym.gateway.rollouts.HarnessRollouts`, the same ``play``).
+    """
 
     env: EnvFactory
     backend: Any
     """The inference section (:mod:`sao_gym.inference.sections`): builds the backend."""
     agent: AgentFactory
+    harness: HarnessFactory | None = None
 
     def __call__(self, model_path: str, *, tokenizer_path: str | None = None, version: int = 0,
                  seed: int = 0, run_dir: str | Path | None = None,
@@ -145,6 +173,8 @@ class RolloutFactory:
         backend = self.backend(model_path, version=version, seed=seed, run_dir=run_dir,
                                launcher=launcher)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or model_path)
+        if self.harness is not None:
+            return self.harness(backend, tokenizer, self.agent)
         return Rollouts(self.env, backend, self.agent(backend, tokenizer))
 
     def with_budgets(self, max_new_tokens: int | None, max_context_tokens: int | None
@@ -280,5 +310,5 @@ class RunParts:
     """What the run keeps of its training rollouts (None: nothing)."""
 
 
-__all__ = ["AgentFactory", "EnvFactory", "LearnerFactory", "RecorderFactory", "RolloutFactory",
+__all__ = ["AgentFactory", "EnvFactory", "HarnessFactory", "LearnerFactory", "RecorderFactory", "RolloutFactory",
            "Rollouts", "RunParts", "SinkFactory", "SourceFactory"]

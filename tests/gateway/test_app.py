@@ -6,6 +6,7 @@ the official ``openai`` package, as an unmodified harness would use it.
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -144,3 +145,33 @@ async def test_bad_requests_get_openai_errors_naming_the_field(served):
             assert r.status == 400 and "not JSON" in (await r.json())["error"]["message"]
         async with http.post(f"{url}/episodes", json={"id": 3}) as r:
             assert r.status == 400
+
+
+async def test_oversized_bodies_and_bad_rewards_get_json_errors(served):
+    import aiohttp
+
+    from sao_gym.gateway.app import MAX_BODY
+
+    _, url = served
+    async with aiohttp.ClientSession() as http:
+        big = b'{"model": "policy", "messages": "' + b"x" * MAX_BODY + b'"}'
+        async with http.post(f"{url}/v1/chat/completions", data=big,
+                             headers={"Content-Type": "application/json"}) as r:
+            body = await r.json()
+            assert r.status == 413 and body["error"]["code"] == "request_too_large"
+            assert str(MAX_BODY) in body["error"]["message"]
+        async with http.post(f"{url}/episodes/nope/reward", json={"reward": 1}) as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == "episode_not_found"
+        async with http.post(f"{url}/episodes", json={"id": "e1"}) as r:
+            assert r.status == 201
+        for bad in ({"reward": "high"}, {"reward": float("inf")}, {"score": 1}, [1]):
+            async with http.post(f"{url}/episodes/e1/reward",
+                                 data=json.dumps(bad, allow_nan=True)) as r:
+                assert r.status == 400, bad
+                assert (await r.json())["error"]["param"] == "reward"
+        async with http.post(f"{url}/episodes/e1/reward", json={"reward": 0.5}) as r:
+            assert r.status == 200 and (await r.json()) == {"id": "e1", "reward": 0.5}
+        async with http.delete(f"{url}/episodes/e1") as r:
+            assert r.status == 200
+        async with http.post(f"{url}/episodes/e1/reward", json={"reward": 1}) as r:
+            assert r.status == 409

@@ -32,6 +32,7 @@ from sao_gym.runtime.config.schema import RUNTIMES, ConfigError, TrainConfig
 from sao_gym.runtime.parts import (
     AgentFactory,
     EnvFactory,
+    HarnessFactory,
     LearnerFactory,
     RecorderFactory,
     RolloutFactory,
@@ -143,8 +144,29 @@ def rollout_factory(config: TrainConfig, *, temperature: float | None = None,
                          temperature=r.temperature if temperature is None else temperature,
                          top_p=r.top_p, tool_schemas=r.tool_schemas)
     factory = RolloutFactory(env_factory(config),
-                             backend_factory(config, batch_invariant=batch_invariant), agent)
+                             backend_factory(config, batch_invariant=batch_invariant), agent,
+                             harness_factory(config))
     return factory.with_budgets(r.max_new_tokens, r.max_context_tokens)
+
+
+def harness_factory(config: TrainConfig) -> HarnessFactory | None:
+    """The ``agent`` section's harness (None: the package's own agent).
+
+    Tasks come from ``agent.tasks`` or, without it, the seeds of ``env``.
+    """
+    from sao_gym.gateway.harness import Harness
+    from sao_gym.gateway.tasks import TaskSource
+
+    a = config.agent
+    if a.harness is None:
+        return None
+    try:
+        harness = Harness(a.program, a.argv(), a.timeout_s)
+        tasks = (TaskSource(path=a.tasks) if a.tasks is not None
+                 else TaskSource(env=require_env(config), env_kwargs=dict(config.env_kwargs)))
+    except ValueError as e:
+        raise SetupError(str(e)) from None
+    return HarnessFactory(harness, tasks, a.reward)
 
 
 def rollout_bytes(config: TrainConfig) -> tuple[int, int | None]:
@@ -346,4 +368,26 @@ def check_setup(config: TrainConfig) -> None:
     try:
         check_model(config.model)
     except FileNotFoundError as e:
+        raise SetupError(str(e)) from None
+    check_harness(config)
+
+
+def check_harness(config: TrainConfig) -> None:
+    """A :class:`SetupError` for a harness (``agent``) that cannot run: its program,
+    verifier or task file; a warm start (demonstrations come from env episodes)."""
+    from sao_gym.gateway.harness import verifier
+
+    made = harness_factory(config)
+    if made is None:
+        return
+    if config.warm_start is not None and config.warm_start.steps:
+        raise SetupError("a warm start records demonstrations with the package's agent; a "
+                         "harness run (agent.program/command) takes warm_start=null")
+    try:
+        if made.harness.program is not None:
+            made.harness.function()
+        if made.reward is not None:
+            verifier(made.reward)
+        made.tasks.load()
+    except (ImportError, TypeError, ValueError, OSError) as e:
         raise SetupError(str(e)) from None

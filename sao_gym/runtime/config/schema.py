@@ -3,7 +3,7 @@
 A config file is YAML whose top level holds the run's identity
 (``algorithm, mode, runtime, env, env_kwargs, model, total_steps, seed``) and
 one mapping per component: ``rollout``, ``inference``, ``ray``, ``learner``,
-``warm_start`` (``null``: none), ``eval``, ``checkpoint``, ``logging``.
+``warm_start`` (``null``: none), ``agent``, ``eval``, ``checkpoint``, ``logging``.
 ``--set key=value`` overrides use dotted keys (``rollout.batch_size=8``,
 ``learner.lr=1e-4``). Unset keys take the library defaults, which are the
 paper's where it states them; a recipe (``sao_gym/recipes/*.yaml``, e.g.
@@ -221,6 +221,55 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """The agent: the package's own (``LLMAgent``), or a harness of yours behind the gateway.
+
+    With ``program`` or ``command`` set, every episode runs that harness against a
+    gateway episode (:mod:`sao_gym.gateway.rollouts`, docs/agents.md "Train the
+    agent you already have"); tasks come from ``tasks`` or the seeds of ``env``.
+    """
+
+    program: str | None = None
+    """``MODULE:NAME`` of ``[async] def run(client, task) -> float | None`` (an
+    ``openai`` client whose base URL is the episode's)."""
+    command: str | list[str] | None = None
+    """A command line run per episode with ``OPENAI_BASE_URL`` set, the task as JSON
+    on stdin (a string is split as a shell would)."""
+    tasks: str | None = None
+    """A JSONL file of tasks (null: the seeds of ``env``)."""
+    reward: str | None = None
+    """``MODULE:NAME`` of a verifier ``[async] def reward(task, transcript) -> float``
+    (null: the harness's returned or posted reward)."""
+    timeout_s: float = 600.0
+    """Seconds one harness episode may take (then it is an infrastructure failure)."""
+
+    def __post_init__(self) -> None:
+        if self.program is not None and self.command is not None:
+            raise ConfigError("agent.program and agent.command are two ways to name one "
+                              "harness: set one")
+        if not self.timeout_s > 0:
+            raise ConfigError(f"agent.timeout_s must be > 0, got {self.timeout_s}")
+        if self.harness is None and (self.tasks is not None or self.reward is not None):
+            raise ConfigError("agent.tasks and agent.reward are for a harness: set "
+                              "agent.program or agent.command")
+
+    @property
+    def harness(self) -> str | None:
+        """What runs the episodes: the program or the command, or None (``LLMAgent``)."""
+        return self.program or (" ".join(self.command) if isinstance(self.command, list)
+                                else self.command)
+
+    def argv(self) -> tuple[str, ...]:
+        """The command as arguments (``()`` without one)."""
+        import shlex
+
+        if self.command is None:
+            return ()
+        return tuple(self.command) if isinstance(self.command, list) else tuple(
+            shlex.split(self.command))
+
+
+@dataclass(frozen=True)
 class EvalConfig:
     """Evaluation of the starting and the trained policy."""
 
@@ -325,6 +374,8 @@ class TrainConfig:
     """Learner hyperparameters (the paper's by default; see docs/learner.md)."""
     warm_start: WarmStartConfig | None = None
     """Supervised warm start before RL (null: none)."""
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """The agent (default: the package's own; a harness of yours with ``agent.program``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """Evaluation before and after RL."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -60,13 +60,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sao_gym.types import Rollout
+from sao_gym.utils.seeds import mixed_seed
 
 FAILURES_KEPT = 256
 """Infra-failure rollouts a source holds for :meth:`RolloutSource.take_failures`."""
@@ -82,10 +82,9 @@ PlayFn = Callable[[int, int], Awaitable[Rollout]]
 its agent sampling with ``sample_seed``; errors as data."""
 
 
-def episode_seed(*parts: int) -> int:
-    """A 40-bit sampling seed mixed from ``parts`` (stable across processes and runs)."""
-    digest = hashlib.blake2b(",".join(str(int(p)) for p in parts).encode(), digest_size=5)
-    return int.from_bytes(digest.digest(), "little")
+episode_seed = mixed_seed
+"""An episode's sampling seed: :func:`~sao_gym.utils.seeds.mixed_seed` of (the run's
+sampling seed, task seed, member, attempt)."""
 
 
 @dataclass

@@ -1,0 +1,170 @@
+"""The agent you already have: a program that calls a chat API, run for one episode.
+
+A *harness* is the user's agent, unmodified, pointed at a gateway episode's
+base URL (:mod:`sao_gym.gateway.app`). It is one of:
+
+- a **function** ``MODULE:NAME``: ``async def run(client, task) -> float | None``
+  gets an :class:`openai.AsyncOpenAI` client whose ``base_url`` names the
+  episode; a plain ``def run(client, task)`` gets an :class:`openai.OpenAI`
+  client and runs in a thread (a harness that is synchronous, as most
+  agent frameworks' loops are);
+- a **command** line, run with ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` set
+  to the episode's, the task as JSON on its standard input. A last line of
+  standard output that is a number is its reward.
+
+What it returns is the episode's reward, unless the episode was given one by
+``POST /episodes/ID/reward`` or the run names a verifier
+(:func:`verifier`); :mod:`sao_gym.gateway.rollouts` decides. A harness that
+raises, exits nonzero, answers with something that is not a number or runs
+past its time is :class:`HarnessFailed`: the episode is an infrastructure
+failure, never a reward of 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import math
+import os
+import signal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sao_gym.utils.imports import import_reference
+
+API_KEY = "sao-gym"
+"""The API key harnesses are given (the gateway checks none)."""
+
+OUTPUT_KEPT = 2000
+"""Characters of a failed command's standard error kept in its error."""
+
+
+class HarnessFailed(RuntimeError):
+    """The harness crashed, timed out or returned something that is not a reward."""
+
+
+def as_reward(value: Any, *, where: str) -> float | None:
+    """``value`` as a reward: a finite number or None; else :class:`HarnessFailed`."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise HarnessFailed(f"{where} returned {value!r}: a reward is a finite number or None")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One episode of the user's agent against a base URL (module docs).
+
+    Exactly one of ``program`` and ``command`` is set.
+    """
+
+    program: str | None = None
+    """``MODULE:NAME`` of ``[async] def run(client, task) -> float | None``."""
+    command: tuple[str, ...] = ()
+    """A command line (argv): the task on stdin, the episode's URL in ``OPENAI_BASE_URL``."""
+    timeout_s: float = 600.0
+    """Seconds one episode may take (then it is an infrastructure failure)."""
+
+    def __post_init__(self) -> None:
+        if (self.program is None) == (not self.command):
+            raise ValueError("a harness is a program (MODULE:NAME) or a command, exactly one")
+        if not self.timeout_s > 0:
+            raise ValueError(f"a harness's timeout_s must be > 0, got {self.timeout_s}")
+
+    def function(self) -> Callable[..., Any]:
+        """The program's function (imported now)."""
+        assert self.program is not None
+        found = import_reference(self.program, what="agent.program")
+        if not callable(found):
+            raise TypeError(f"agent.program {self.program!r} is not callable")
+        return found
+
+    async def run(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+        """Run one episode; its reward (None: it gave none), or :class:`HarnessFailed`.
+
+        The time limit is the caller's (the episode runner's).
+        """
+        if self.program is not None:
+            return await self._call(base_url, task)
+        return await self._command(base_url, task)
+
+    async def _call(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+        import openai
+
+        fn = self.function()
+        where = f"agent.program {self.program}"
+        if inspect.iscoroutinefunction(fn):
+            client = openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                        timeout=self.timeout_s)
+            try:
+                value = await fn(client, dict(task))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                raise HarnessFailed(f"{where} raised {type(e).__name__}: {e}") from e
+            finally:
+                await client.close()
+            return as_reward(value, where=where)
+        sync_client = openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                    timeout=self.timeout_s)
+
+        def call() -> Any:
+            with sync_client:
+                return fn(sync_client, dict(task))
+
+        try:
+            value = await asyncio.to_thread(call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            raise HarnessFailed(f"{where} raised {type(e).__name__}: {e}") from e
+        return as_reward(value, where=where)
+
+    async def _command(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+        env = {**os.environ, "OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": API_KEY}
+        where = f"agent.command {' '.join(self.command)!r}"
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True)
+        except OSError as e:
+            raise HarnessFailed(f"{where} cannot start: {e}") from e
+        try:
+            out, err = await proc.communicate(json.dumps(dict(task)).encode())
+        finally:
+            if proc.returncode is None:  # cancelled (its time ran out): the whole group goes
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await proc.wait()
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace")[-OUTPUT_KEPT:].strip()
+            raise HarnessFailed(f"{where} exited with {proc.returncode}: {tail}")
+        lines = [line.strip() for line in out.decode(errors="replace").splitlines()
+                 if line.strip()]
+        if not lines:
+            return None
+        try:
+            value = json.loads(lines[-1])
+        except ValueError:
+            return None
+        return as_reward(value, where=where) if isinstance(value, (int, float)) else None
+
+
+def verifier(reference: str) -> Callable[..., Any]:
+    """The verifier ``MODULE:NAME``: ``[async] def reward(task, transcript) -> float``.
+
+    ``transcript``: the episode's conversation as the harness last sent it,
+    the gateway's reply included (OpenAI messages).
+    """
+    found = import_reference(reference, what="agent.reward")
+    if not callable(found):
+        raise TypeError(f"agent.reward {reference!r} is not callable")
+    return found
+
+
+__all__ = ["API_KEY", "Harness", "HarnessFailed", "as_reward", "verifier"]
