@@ -215,7 +215,7 @@ class Rollout:
         if bad:
             raise ValueError(f"Rollout fields must have len(token_ids)={n}; got {bad}")
         bounds = [0, *self.segment_starts, n]
-        if self.segment_starts and any(a >= b for a, b in zip(bounds, bounds[1:])):
+        if self.segment_starts and any(a >= b for a, b in zip(bounds, bounds[1:], strict=False)):
             raise ValueError(f"segment_starts must rise strictly inside (0, {n}); got "
                              f"{self.segment_starts}")
         if not isinstance(self.stop_reason, StopReason):
@@ -234,7 +234,7 @@ class Rollout:
     def segment_spans(self) -> list[tuple[int, int]]:
         """``(start, stop)`` of each segment in ``token_ids``, in order."""
         bounds = [0, *self.segment_starts, len(self.token_ids)]
-        return list(zip(bounds, bounds[1:]))
+        return list(zip(bounds, bounds[1:], strict=False))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (``StopReason`` as its string value)."""

@@ -21,6 +21,8 @@ import json
 import os
 import sys
 
+from agents.exceptions import MaxTurnsExceeded
+
 from agents import (
     Agent,
     FunctionTool,
@@ -29,8 +31,6 @@ from agents import (
     ToolsToFinalOutputResult,
     set_tracing_disabled,
 )
-from agents.exceptions import MaxTurnsExceeded
-
 from sao_gym.gateway.tasks import start_env
 
 set_tracing_disabled(True)  # the SDK would send traces to OpenAI

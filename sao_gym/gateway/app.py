@@ -119,17 +119,23 @@ class Gateway:
                                param="episode", code="episode_not_found", status=404)
         return self.episodes[episode_id]
 
-    def new_episode(self, episode_id: str | None = None, *, seed: int | None = None) -> str:
-        """Open an episode (``seed``: its sampling seed); its id."""
+    def new_episode(self, episode_id: str | None = None, *, seed: int | None = None,
+                    backend: Any = None) -> ChatEpisode:
+        """Open an episode; the episode (its ``episode_id``: ``episode_id`` or a new one).
+
+        ``seed``: its sampling seed; ``backend``: its own instead of the gateway's
+        (an oracle's, for demonstrations).
+        """
         episode_id = episode_id or uuid.uuid4().hex
         if episode_id in self.episodes or episode_id in self.ended:
             raise GatewayError(f"episode {episode_id!r} exists already", param="id",
                                code="episode_exists", status=409)
-        self.episodes[episode_id] = ChatEpisode(
-            self.backend, self.tokenizer, max_context_tokens=self.max_context_tokens,
+        episode = ChatEpisode(
+            backend or self.backend, self.tokenizer, max_context_tokens=self.max_context_tokens,
             episode_id=episode_id, max_new_tokens=self.max_new_tokens, sampling=self.sampling,
             seed=seed)
-        return episode_id
+        self.episodes[episode_id] = episode
+        return episode
 
     def end_episode(self, episode_id: str) -> ChatEpisode:
         """End an open episode (its later calls get 409); the episode."""
@@ -146,7 +152,7 @@ class Gateway:
             if not isinstance(body, dict) or set(body) - {"id"} or not isinstance(
                     body.get("id", ""), str):
                 raise GatewayError('the body must be {} or {"id": "..."}')
-            episode_id = self.new_episode(body.get("id") or None)
+            episode_id = self.new_episode(body.get("id") or None).episode_id
         except GatewayError as e:
             return _error(e)
         return web.json_response({"id": episode_id, "base_url": f"/episodes/{episode_id}/v1"},

@@ -169,6 +169,14 @@ class ChatEpisode:
             prompt = agent.trajectory().token_ids[:agent.last_prompt_length]
             return Completion(reply, gen, prompt, finish, len(self._finished))
 
+    def trajectory(self) -> Trajectory:
+        """The current segment's record (an oracle behind the episode reads its messages)."""
+        return self._agent.trajectory() if self._agent is not None else Trajectory()
+
+    def as_template_writes(self, text: str) -> str:
+        """``text`` with its tool calls written as the chat template writes them."""
+        return self._agent.as_template_writes(text)
+
     def transcript(self) -> list[Message]:
         """The conversation as the harness last sent it, the last reply included."""
         return [dict(m) for m in self._history]  # type: ignore[misc]

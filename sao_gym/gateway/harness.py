@@ -29,6 +29,7 @@ import math
 import os
 import signal
 from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,11 @@ class Harness:
         if not self.timeout_s > 0:
             raise ValueError(f"a harness's timeout_s must be > 0, got {self.timeout_s}")
 
+    @property
+    def name(self) -> str:
+        """The program, or the command line, in words."""
+        return self.program or " ".join(self.command)
+
     def function(self) -> Callable[..., Any]:
         """The program's function (imported now)."""
         assert self.program is not None
@@ -82,16 +88,19 @@ class Harness:
             raise TypeError(f"agent.program {self.program!r} is not callable")
         return found
 
-    async def run(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+    async def run(self, base_url: str, task: Mapping[str, Any], *,
+                  threads: Executor | None = None) -> float | None:
         """Run one episode; its reward (None: it gave none), or :class:`HarnessFailed`.
 
-        The time limit is the caller's (the episode runner's).
+        The time limit is the caller's (the episode runner's). ``threads`` runs a
+        synchronous program (None: the event loop's default executor, a few threads).
         """
         if self.program is not None:
-            return await self._call(base_url, task)
+            return await self._call(base_url, task, threads)
         return await self._command(base_url, task)
 
-    async def _call(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+    async def _call(self, base_url: str, task: Mapping[str, Any],
+                    threads: Executor | None) -> float | None:
         import openai
 
         fn = self.function()
@@ -116,7 +125,7 @@ class Harness:
                 return fn(sync_client, dict(task))
 
         try:
-            value = await asyncio.to_thread(call)
+            value = await asyncio.get_running_loop().run_in_executor(threads, call)
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -31,15 +31,20 @@ import asyncio
 import inspect
 import logging
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
 from sao_gym.gateway.episode import ChatEpisode
 from sao_gym.gateway.harness import Harness, HarnessFailed, as_reward, verifier
-from sao_gym.gateway.tasks import TaskSource
+from sao_gym.gateway.tasks import TaskSource, oracle_task
+from sao_gym.inference.oracle import Oracle
 from sao_gym.types import Rollout, StopReason, Trajectory
 
 logger = logging.getLogger(__name__)
+
+THREADS = 256
+"""Most synchronous harness episodes at once in one process (threads start as needed)."""
 
 MODEL = "policy"
 """The model name harnesses ask for (any name the gateway serves: see :attr:`models`)."""
@@ -51,7 +56,7 @@ class HarnessRollouts:
     Args:
         harness: the user's agent.
         tasks: seed -> task.
-        backend: the run's inference backend.
+        backend: the run's inference backend (None: only :meth:`demonstrate`).
         tokenizer: its tokenizer, with the chat template.
         max_new_tokens: tokens one call may sample.
         max_context_tokens: tokens of one segment.
@@ -67,11 +72,13 @@ class HarnessRollouts:
                  top_p: float = 1.0, reward: str | None = None,
                  models: tuple[str, ...] = (MODEL, "gpt-4o-mini", "gpt-4o", "gpt-4.1")):
         self.harness, self.tasks, self.backend = harness, tasks, backend
+        self.tokenizer = tokenizer
         self.gateway = Gateway(backend, tokenizer, models=lambda: models,
                                max_context_tokens=max_context_tokens,
                                max_new_tokens=max_new_tokens, sampling=(temperature, top_p))
         self.verifier = verifier(reward) if reward is not None else None
         self._task_list = tasks.load()
+        self._threads = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="harness")
         self._runner: Any = None
         self._url: str | None = None
 
@@ -95,15 +102,47 @@ class HarnessRollouts:
 
     async def play(self, seed: int, sample_seed: int | None = None) -> Rollout:
         """One harness episode on the task of ``seed`` (module docs); never raises for it."""
+        return await self._episode(seed, sample_seed)
+
+    async def demonstrate(self, seed: int, oracle: Oracle, *, template_format: bool = False
+                          ) -> Rollout:
+        """The harness's episode on the task of ``seed`` with ``oracle`` answering its calls.
+
+        The oracle gets the conversation as the harness sends it and the task
+        (:func:`~sao_gym.gateway.tasks.oracle_task`: an env's own task, its
+        answer included); its turns are recorded as the policy's would be
+        (``loss_mask`` 1), in the harness's own prompt format: a demonstration
+        for the warm start. An oracle that fails, or an episode that is an
+        infrastructure failure, raises ``RuntimeError``.
+        """
+        from sao_gym.inference.oracle import OracleTurns
+        from sao_gym.inference.scripted import ScriptedBackend
+
+        turns = OracleTurns(self.tokenizer, oracle, template_format)
+        turns.task = await oracle_task(self.tasks.task(seed, self._task_list)[1])
+        rollout = await self._episode(seed, None, backend=ScriptedBackend(turns), turns=turns)
+        if turns.error is not None:
+            raise RuntimeError(f"the oracle failed on task seed {seed}: {turns.error}"
+                               ) from turns.error
+        if rollout.infra_failure:
+            raise RuntimeError(f"the demonstration on task seed {seed} ended as an infra "
+                               "failure; the log above says why")
+        return rollout
+
+    async def _episode(self, seed: int, sample_seed: int | None, *, backend: Any = None,
+                       turns: Any = None) -> Rollout:
         task_id, task = self.tasks.task(seed, self._task_list)
         episode_id = uuid.uuid4().hex
         base = await self.url()
-        self.gateway.new_episode(episode_id, seed=sample_seed)
+        opened = self.gateway.new_episode(episode_id, seed=sample_seed, backend=backend)
+        if turns is not None:
+            turns.agent = opened  # the oracle reads the episode's conversation
         failure: str | None = None
         returned: float | None = None
         try:
             returned = await asyncio.wait_for(
-                self.harness.run(f"{base}/episodes/{episode_id}/v1", task),
+                self.harness.run(f"{base}/episodes/{episode_id}/v1", task,
+                                 threads=self._threads),
                 self.harness.timeout_s)
         except TimeoutError:
             failure = f"the harness ran past its {self.harness.timeout_s:g} s"
@@ -175,7 +214,9 @@ class HarnessRollouts:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._url = None, None
-        await self.backend.aclose()
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        if self.backend is not None:
+            await self.backend.aclose()
 
 
 def _join(segments: list[Trajectory]) -> tuple[Trajectory, list[int]]:

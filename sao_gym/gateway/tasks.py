@@ -65,6 +65,28 @@ class TaskSource:
         return str(task.get("id", line)), dict(task)
 
 
+async def oracle_task(task: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What an oracle is given for ``task``.
+
+    The env's own task of that seed (``env.unwrapped.task``, its reference
+    answer included) for an env-seeds task, else the task itself.
+    """
+    if "env_id" not in task or "seed" not in task:
+        return task
+    import sao_gym
+
+    env = sao_gym.make(task["env_id"], **dict(task.get("env_kwargs") or {}))
+    try:
+        await env.areset(seed=int(task["seed"]))
+        found = getattr(env.unwrapped, "task", None)
+        if not isinstance(found, Mapping):
+            raise RuntimeError(f"{task['env_id']} exposes no task for its oracle "
+                               "(env.unwrapped.task)")
+        return dict(found)
+    finally:
+        await env.aclose()
+
+
 async def start_env(task: Mapping[str, Any]) -> tuple[Any, list[Any]]:
     """The env of an env-seeds task, reset on its seed: ``(session, first messages)``.
 
@@ -86,4 +108,4 @@ async def start_env(task: Mapping[str, Any]) -> tuple[Any, list[Any]]:
     return session, list(messages)
 
 
-__all__ = ["TaskSource", "start_env"]
+__all__ = ["TaskSource", "oracle_task", "start_env"]

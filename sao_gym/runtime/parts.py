@@ -310,5 +310,6 @@ class RunParts:
     """What the run keeps of its training rollouts (None: nothing)."""
 
 
-__all__ = ["AgentFactory", "EnvFactory", "HarnessFactory", "LearnerFactory", "RecorderFactory", "RolloutFactory",
+__all__ = ["AgentFactory", "EnvFactory", "HarnessFactory", "LearnerFactory", "RecorderFactory",
+           "RolloutFactory",
            "Rollouts", "RunParts", "SinkFactory", "SourceFactory"]

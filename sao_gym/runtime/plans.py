@@ -104,13 +104,21 @@ class DemonstrationPlan:
     """Write the oracle's tool calls as the chat template does (``demonstration_format``)."""
     tool_schemas: str = "env"
     """How prompts show the tools (``rollout.tool_schemas``)."""
+    harness: Any = None
+    """A harness run's :class:`~sao_gym.runtime.parts.HarnessFactory`: the oracle answers
+    the harness's calls through the gateway (its prompt format); None: env episodes."""
+    oracle_name: str | None = None
+    """Where the oracle comes from, in words (None: the env's registered one)."""
 
     @property
     def what(self) -> str:
         """In words, for the run's output."""
         if self.conversations is not None:
             return f"the conversations of {self.conversations}"
-        return f"the oracle registered with {self.env.env_id}"
+        oracle = self.oracle_name or f"the oracle registered with {self.env.env_id}"
+        if self.harness is not None:
+            return f"{oracle}, answering {self.harness.harness.name} through the gateway"
+        return oracle
 
 
 @dataclass(frozen=True)

@@ -208,3 +208,35 @@ def test_tasks_from_a_file_or_an_env_and_bad_task_files(tmp_path, tasks):
         Harness("nowhere.at_all:run").function()
     with pytest.raises(ValueError, match="MODULE:NAME"):
         Harness("run").function()
+
+
+async def test_an_oracle_behind_the_gateway_records_demonstrations_in_the_harness_format(tok):
+    """KeyChain's own oracle answers the openai-loop harness's calls: rewarded episodes whose
+    action tokens are the oracle's turns (and the end-of-turn token), in the harness's
+    prompt format; a failing oracle raises, naming the task seed."""
+    from sao_gym.registration import env_oracle
+
+    oracle = env_oracle("sao_gym/KeyChain-v0")
+    tasks = TaskSource(env="sao_gym/KeyChain-v0", env_kwargs={"hops": 3})
+    runs = HarnessRollouts(Harness("examples.harnesses.openai_loop:run"), tasks, None, tok,
+                           max_new_tokens=48, max_context_tokens=4096)
+    try:
+        demo = await runs.demonstrate(4, oracle)
+        with pytest.raises(RuntimeError, match="the oracle failed on task seed 5: boom"):
+            await runs.demonstrate(5, lambda messages, task: (_ for _ in ()).throw(
+                ValueError("boom")))
+    finally:
+        await runs.aclose()
+    assert demo.reward == 1.0 and not demo.infra_failure and demo.metrics["turns"] == 4
+    end = tok.convert_tokens_to_ids(IM_END)
+    turns, current = [], []
+    for t, m in zip(demo.token_ids, demo.loss_mask, strict=True):
+        if m:
+            current.append(t)
+            if t == end:
+                turns.append(tok.decode(current[:-1]))
+                current = []
+    replies = [m for m in demo.messages if m["role"] == "assistant"]
+    assert len(turns) == 4 and turns[0].startswith("lookup(") and turns[-1].startswith("submit(")
+    assert [r["tool_calls"][0]["function"]["name"] for r in replies] == ["lookup"] * 3 + ["submit"]
+    assert set(demo.rollout_logprobs) == {0.0}

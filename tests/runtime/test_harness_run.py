@@ -51,13 +51,17 @@ def _config(tmp_path, *sets):
 
 
 def test_harness_settings_are_checked_before_the_run(tmp_path):
-    with pytest.raises(ConfigError, match="agent.tasks and agent.reward are for a harness"):
+    with pytest.raises(ConfigError, match="agent.tasks, agent.reward and agent.oracle are for a harness"):
         load_config(None, ["env=sao_gym/KeyChain-v0", "agent.tasks=t.jsonl"])
     with pytest.raises(ConfigError, match="set one"):
         load_config(None, ["agent.program=a:b", "agent.command=run-agent"])
-    config = _config(tmp_path, "warm_start.steps=10")
-    with pytest.raises(SetupError, match="warm_start=null"):
-        check_harness(config)
+    with pytest.raises(ConfigError, match="agent.oracle are for a harness"):
+        load_config(None, ["env=sao_gym/KeyChain-v0", "agent.oracle=a:b"])
+    with pytest.raises(SetupError, match="agent.oracle 'no_such:oracle' cannot be imported"):
+        check_harness(_config(tmp_path, "warm_start.steps=10", "agent.oracle=no_such:oracle"))
+    with pytest.raises(SetupError, match="another prompt format"):
+        check_harness(_config(tmp_path, "warm_start.steps=10",
+                              "warm_start.demonstrations=demos.jsonl"))
     with pytest.raises(SetupError, match="cannot be imported"):
         check_harness(_config(tmp_path, "agent.program=no_such_module:run"))
     missing = tmp_path / "missing.jsonl"
@@ -68,3 +72,22 @@ def test_harness_settings_are_checked_before_the_run(tmp_path):
     assert made.harness.command == ("my-agent", "--fast", "two words")
     assert made.tasks.env == "sao_gym/KeyChain-v0" and made.tasks.env_kwargs == {"hops": 2}
     check_harness(_config(tmp_path))  # the example imports, its tasks are the env's seeds
+
+
+def test_a_harness_runs_warm_start_is_an_oracle_answering_it_through_the_gateway(tmp_path):
+    from sao_gym.registration import env_oracle
+    from sao_gym.runtime.config.build import demonstration_plan, prepare_plan
+
+    plan = demonstration_plan(_config(tmp_path, "warm_start.steps=10"))
+    assert plan.harness.harness.program == HARNESS and plan.oracle is env_oracle(
+        "sao_gym/KeyChain-v0")
+    assert plan.what == ("the oracle registered with sao_gym/KeyChain-v0, answering "
+                         f"{HARNESS} through the gateway")
+    mine = demonstration_plan(_config(tmp_path, "warm_start.steps=10",
+                                      "agent.oracle=tests.gateway.harnesses:final_has_value"))
+    assert mine.oracle.__name__ == "final_has_value"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text('{"id": "a"}\n')
+    from_file = _config(tmp_path, "warm_start.steps=10", f"agent.tasks={tasks}")
+    assert demonstration_plan(from_file) is None
+    assert "agent.oracle names no oracle" in prepare_plan(from_file).no_warm_start

@@ -228,10 +228,45 @@ def demonstration_plan(config: TrainConfig) -> DemonstrationPlan | None:
                   holdout_episodes=ws.holdout_episodes if ws.target_success is not None else 0,
                   seed=config.seed, template_format=ws.demonstration_format == "template",
                   tool_schemas=config.rollout.tool_schemas)
+    harness = harness_factory(config)
+    if harness is not None:
+        return harness_demonstration_plan(config, harness, common)
     if ws.demonstrations is not None:
         return DemonstrationPlan(conversations=ws.demonstrations, **common)
     oracle = oracle_for(require_env(config), **ws.oracle)
     return DemonstrationPlan(oracle=oracle, **common) if oracle is not None else None
+
+
+def harness_demonstration_plan(config: TrainConfig, harness: HarnessFactory,
+                               common: dict[str, Any]) -> DemonstrationPlan | None:
+    """A harness run's demonstrations: an oracle answering the harness through the gateway.
+
+    The oracle is ``agent.oracle`` or, for tasks from the env's seeds, the env's
+    registered one (``warm_start.oracle``'s options bound either way); None
+    without one.
+    """
+    from sao_gym.utils.imports import import_reference
+
+    ws = config.warm_start
+    assert ws is not None
+    if ws.demonstrations is not None:
+        raise SetupError("a harness run's demonstrations are an oracle's episodes through the "
+                         "gateway (agent.oracle): warm_start.demonstrations replays env "
+                         "episodes, in another prompt format")
+    name = config.agent.oracle
+    if name is not None:
+        try:
+            oracle = import_reference(name, what="agent.oracle")
+        except (ImportError, ValueError) as e:
+            raise SetupError(str(e)) from None
+        oracle = functools.partial(oracle, **ws.oracle) if ws.oracle else oracle
+    elif harness.tasks.env is not None:
+        oracle = oracle_for(harness.tasks.env, **ws.oracle)
+    else:
+        oracle = None
+    if oracle is None:
+        return None
+    return DemonstrationPlan(oracle=oracle, harness=harness, oracle_name=name, **common)
 
 
 def sft_settings(config: TrainConfig) -> SFTSettings | None:
@@ -253,7 +288,10 @@ def prepare_plan(config: TrainConfig) -> PreparePlan:
     demos = demonstration_plan(config)
     ws = config.warm_start
     why = ""
-    if demos is None:
+    if demos is None and ws is not None and ws.steps and config.agent.harness is not None:
+        why = ("no warm start: the harness's tasks come from a file and agent.oracle names no "
+               "oracle to answer it, so RL starts from the raw model")
+    elif demos is None:
         why = (f"no warm start: {config.env} registers no oracle and warm_start.demonstrations "
                "names no file, so RL starts from the raw model"
                if ws is not None and ws.steps else "no warm start (warm_start: null)")
@@ -373,16 +411,16 @@ def check_setup(config: TrainConfig) -> None:
 
 
 def check_harness(config: TrainConfig) -> None:
-    """A :class:`SetupError` for a harness (``agent``) that cannot run: its program,
-    verifier or task file; a warm start (demonstrations come from env episodes)."""
+    """A :class:`SetupError` for a harness (``agent``) that cannot run.
+
+    Its program, verifier, oracle or task file.
+    """
     from sao_gym.gateway.harness import verifier
 
     made = harness_factory(config)
     if made is None:
         return
-    if config.warm_start is not None and config.warm_start.steps:
-        raise SetupError("a warm start records demonstrations with the package's agent; a "
-                         "harness run (agent.program/command) takes warm_start=null")
+    demonstration_plan(config)  # an oracle that cannot be imported fails here
     try:
         if made.harness.program is not None:
             made.harness.function()

@@ -242,6 +242,10 @@ class AgentConfig:
     (null: the harness's returned or posted reward)."""
     timeout_s: float = 600.0
     """Seconds one harness episode may take (then it is an infrastructure failure)."""
+    oracle: str | None = None
+    """``MODULE:NAME`` of ``oracle(messages, task) -> text``: it answers the harness's calls
+    for the warm start's demonstrations (null: the env's registered oracle, for tasks
+    from the env's seeds)."""
 
     def __post_init__(self) -> None:
         if self.program is not None and self.command is not None:
@@ -249,9 +253,9 @@ class AgentConfig:
                               "harness: set one")
         if not self.timeout_s > 0:
             raise ConfigError(f"agent.timeout_s must be > 0, got {self.timeout_s}")
-        if self.harness is None and (self.tasks is not None or self.reward is not None):
-            raise ConfigError("agent.tasks and agent.reward are for a harness: set "
-                              "agent.program or agent.command")
+        if self.harness is None and (self.tasks, self.reward, self.oracle) != (None,) * 3:
+            raise ConfigError("agent.tasks, agent.reward and agent.oracle are for a harness: "
+                              "set agent.program or agent.command")
 
     @property
     def harness(self) -> str | None:

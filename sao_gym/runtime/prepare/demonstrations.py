@@ -31,58 +31,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from sao_gym.inference.oracle import Oracle, OracleTurns
 from sao_gym.runtime.plans import DEMO_SEED_OFFSET, HOLDOUT_SEED_OFFSET, DemonstrationPlan
 from sao_gym.runtime.prepare.conversations import (
     load_conversations,
     replay_env_factory,
     replay_oracle,
 )
-from sao_gym.types import Message, Rollout, SamplingParams
+from sao_gym.types import Rollout
 
 logger = logging.getLogger(__name__)
 
-Oracle = Callable[[Sequence[Message], Mapping[str, Any]], str]
-"""``oracle(messages, task) -> text`` of the next assistant turn."""
 
 
 # ---------------------------------------------------------------------------
 # demonstrations
 # ---------------------------------------------------------------------------
-
-
-class _OracleTurns:
-    """A ScriptedBackend handler: tokenizes the oracle's next turn plus end-of-turn."""
-
-    def __init__(self, tokenizer: Any, oracle: Oracle, template_format: bool = False):
-        self.tokenizer = tokenizer
-        self.oracle = oracle
-        self.template_format = template_format
-        self.agent: Any = None
-        self.task: Mapping[str, Any] = {}
-        self.error: Exception | None = None
-
-    def __call__(self, prompt_ids: list[int], params: SamplingParams) -> list[int]:
-        try:
-            messages = self.agent.trajectory().messages
-            text = self.oracle(messages, self.task)
-            if not isinstance(text, str):
-                raise TypeError(f"the oracle must return a str, got {type(text).__name__}")
-            if self.template_format:
-                text = self.agent.as_template_writes(text)
-            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-            ids.append(params.stop_token_ids[0])
-            if len(ids) > params.max_new_tokens:
-                raise ValueError(
-                    f"the oracle's turn {text!r} is {len(ids)} tokens (with end-of-turn), more "
-                    f"than max_new_tokens={params.max_new_tokens}: raise max_new_tokens"
-                )
-        except Exception as e:
-            self.error = e
-            raise
-        return ids
 
 
 async def acollect_demonstrations(
@@ -107,7 +74,7 @@ async def acollect_demonstrations(
     build = env_id if callable(env_id) else functools.partial(sao_gym.make, env_id,
                                                               **dict(env_kwargs or {}))
 
-    def factories(turns: _OracleTurns) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    def factories(turns: OracleTurns) -> tuple[Callable[[], Any], Callable[[], Any]]:
         def make_env() -> Any:
             env = build()
             # The task is chosen at reset, before the first act(): read it lazily.
@@ -122,7 +89,7 @@ async def acollect_demonstrations(
 
     demos: list[Rollout] = []
     for i in range(episodes):
-        turns = _OracleTurns(tokenizer, oracle, template_format)
+        turns = OracleTurns(tokenizer, oracle, template_format)
         rollout = await play_episode(*factories(turns), seed=seed + i)
         if turns.error is not None:
             raise RuntimeError(
@@ -249,6 +216,9 @@ class Demonstrations:
                                             **kwargs)
             return played[:len(convs) - held], played[len(convs) - held:]
         assert plan.oracle is not None
+        if plan.harness is not None:
+            return asyncio.run(_harness_demonstrations(plan, tokenizer, budgets, episodes,
+                                                       holdout))
         train = collect_demonstrations(plan.env, tokenizer, plan.oracle, episodes=episodes,
                                        seed=plan.seed + DEMO_SEED_OFFSET, **kwargs)
         held_out = (collect_demonstrations(plan.env, tokenizer, plan.oracle, episodes=holdout,
@@ -263,6 +233,38 @@ class Demonstrations:
             return list(env.reset(seed=self.plan.seed)[1].get("tools") or [])
         finally:
             env.close()
+
+
+UNBOUNDED = 1 << 20
+"""A demonstration's context when none is given (the tokenizer's corpus episodes)."""
+
+HARNESS_DEMOS_AT_ONCE = 8
+"""Harness demonstrations played at once (their harnesses' time overlaps)."""
+
+
+async def _harness_demonstrations(plan: DemonstrationPlan, tokenizer: Any,
+                                  budgets: Mapping[str, int | None], episodes: int,
+                                  holdout: int) -> tuple[list[Rollout], list[Rollout]]:
+    """The oracle's episodes through the run's harness (its prompt format), train and held out."""
+    from sao_gym.evaluation import play_seeds
+    from sao_gym.gateway.rollouts import HarnessRollouts
+
+    made = plan.harness
+    runs = HarnessRollouts(made.harness, made.tasks, None, tokenizer,
+                           max_new_tokens=budgets["max_new_tokens"],
+                           max_context_tokens=budgets.get("max_context_tokens") or UNBOUNDED)
+    try:
+        async def played(first: int, n: int) -> list[Rollout]:
+            if not n:
+                return []
+            return await play_seeds(
+                lambda s: runs.demonstrate(s, plan.oracle, template_format=plan.template_format),
+                n, concurrency=HARNESS_DEMOS_AT_ONCE, seed=first)
+
+        train = await played(plan.seed + DEMO_SEED_OFFSET, episodes)
+        return train, await played(plan.seed + HOLDOUT_SEED_OFFSET, holdout)
+    finally:
+        await runs.aclose()
 
 
 __all__ = [
