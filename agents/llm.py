@@ -83,6 +83,8 @@ class LLMAgent:
         self.top_p = top_p
         self.max_context_tokens = max_context_tokens
         self.seed = seed
+        self.stop: tuple[str, ...] = ()
+        """Stop strings: a turn ends where its text first contains one (OpenAI's ``stop``)."""
         self.stop_token_ids = _stop_token_ids(tokenizer)
         self._stop_texts = {i: tokenizer.decode([i]) for i in self.stop_token_ids}
         SamplingParams(max_new_tokens, temperature, top_p)  # validate early
@@ -104,6 +106,8 @@ class LLMAgent:
         """The last turn's generation, exactly as the backend returned it."""
         self.last_prompt_length = 0
         """Tokens of the episode before the last turn's generation (its prompt)."""
+        self.last_text = ""
+        """The last turn's text as parsed (its end-of-turn or stop string left out)."""
 
     # ----- Agent protocol -----
     def reset(self, observation: list[Message], info: dict[str, Any]) -> None:
@@ -137,6 +141,7 @@ class LLMAgent:
         params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed,
                                 session_id=self._session)
         gen = await self.backend.generate(list(self._ids), params)
+        gen, cut_text = self._stopped(gen)
         self.last_generation = gen
         self.last_prompt_length = len(self._ids)
         self._ids += gen.token_ids
@@ -149,10 +154,34 @@ class LLMAgent:
         if gen.finish_reason == "stop" and ids and ids[-1] in self._stop_texts:
             self._last_stop_text = self._stop_texts[ids[-1]]
             ids = ids[:-1]
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        text = self.tokenizer.decode(ids, skip_special_tokens=False) if cut_text is None \
+            else cut_text
+        self.last_text = text
         message = self._parse(text, id_prefix=f"call_{self._turn}_")
         self._messages.append(message)
         return copy.deepcopy(message)
+
+    def _stopped(self, gen: Generation) -> tuple[Generation, str | None]:
+        """``gen`` cut at the first of :attr:`stop` it contains, and the text before it.
+
+        The turn keeps the sampled tokens up to the one that completes the stop
+        string (a prefix of what was sampled, so its logprobs stay exact); its
+        text ends before the stop string, as OpenAI's ``stop`` does. No stop
+        string in it: ``(gen, None)``.
+        """
+        if not self.stop or not gen.token_ids:
+            return gen, None
+        ids = gen.token_ids
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        found = [(text.find(s), s) for s in self.stop if s and s in text]
+        if not found:
+            return gen, None
+        at, stop = min(found)
+        k = next(k for k in range(1, len(ids) + 1)
+                 if len(self.tokenizer.decode(ids[:k], skip_special_tokens=False))
+                 >= at + len(stop))
+        cut = Generation(ids[:k], gen.logprobs[:k], "stop_string", gen.policy_versions[:k])
+        return cut, text[:at]
 
     def _parse(self, text: str, *, id_prefix: str) -> Message:
         content, calls = parse_tool_calls(text, self._tools, id_prefix=id_prefix)

@@ -133,7 +133,8 @@ class Generation:
     logprobs: list[float]
     """Sampler log-probability of each sampled token."""
     finish_reason: str
-    """``"stop"`` (a stop token), ``"length"`` (``max_new_tokens``) or ``"abort"``."""
+    """``"stop"`` (a stop token), ``"length"`` (``max_new_tokens``), ``"abort"``, or
+    ``"stop_string"`` (an agent cut it at a stop string: :attr:`LLMAgent.stop`)."""
     policy_versions: list[int]
     """Policy (weights) version that sampled each token; may change mid-generation."""
 

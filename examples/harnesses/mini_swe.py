@@ -17,6 +17,7 @@ runs in a thread.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import yaml
@@ -53,8 +54,11 @@ class SandboxEnvironment:
         if self.session.done:  # the env ended the episode (its turn or token budget)
             raise Submitted({"role": "exit", "content": outcome.text,
                              "extra": {"exit_status": "EpisodeOver", "submission": ""}})
-        failed = outcome.text.startswith("Error") or "exit code" in outcome.text.lower()
-        return {"output": outcome.text, "returncode": 1 if failed else 0, "exception_info": ""}
+        status, _, output = outcome.text.partition("\n")  # CodeRepo: "exit code N\n<output>"
+        match = re.match(r"exit code (-?\d+)", status)
+        if match is None:  # a timeout, or the env refused the command: the whole text
+            return {"output": outcome.text, "returncode": -1, "exception_info": status}
+        return {"output": output, "returncode": int(match.group(1)), "exception_info": ""}
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {"system": "Linux", "release": "", "version": "", "machine": "x86_64", **kwargs}

@@ -150,6 +150,7 @@ class ChatEpisode:
                 self.overridden += 1
             agent.temperature, agent.top_p = self.sampling or asked
             agent.seed = request.seed if request.seed is not None else self._segment_seed
+            agent.stop = request.stop
             try:
                 reply = await agent.act()
             except ContextExhausted as e:
@@ -159,9 +160,7 @@ class ChatEpisode:
                                    code="context_length_exceeded", param="messages") from None
             gen = agent.last_generation
             if request.tool_choice == "none" and reply.get("tool_calls"):
-                ids = gen.token_ids[:-1] if gen.finish_reason == "stop" else gen.token_ids
-                reply = {"role": "assistant",
-                         "content": self.tokenizer.decode(ids, skip_special_tokens=False)}
+                reply = {"role": "assistant", "content": agent.last_text}
             self._history = [*request.messages, reply]
             self.calls += 1
             finish = ("length" if gen.finish_reason == "length"

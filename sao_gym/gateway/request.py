@@ -3,7 +3,9 @@
 Supported: ``model``, ``messages`` (system, user, assistant with
 ``tool_calls``, tool), ``tools`` (function tools), ``tool_choice`` ``auto`` or
 ``none``, ``temperature``, ``top_p``, ``max_tokens`` / ``max_completion_tokens``,
-``seed``, ``logprobs`` (the sampled token's; ``top_logprobs`` 0), ``n`` 1,
+``seed``, ``stop`` (up to 4 strings: the reply ends before the first, and the
+record keeps the sampled tokens up to the one completing it), ``logprobs`` (the
+sampled token's; ``top_logprobs`` 0), ``n`` 1,
 ``stream`` (with ``stream_options.include_usage``), ``parallel_tool_calls``
 true, ``user`` and ``metadata`` (recorded nowhere, change nothing), and vLLM's
 ``return_token_ids``. Anything else is a :class:`GatewayError` naming the
@@ -21,7 +23,7 @@ from typing import Any
 from sao_gym.types import ROLES, Message
 
 SUPPORTED = frozenset({"model", "messages", "tools", "tool_choice", "temperature", "top_p",
-                       "max_tokens", "max_completion_tokens", "seed", "logprobs",
+                       "max_tokens", "max_completion_tokens", "seed", "stop", "logprobs",
                        "top_logprobs", "n", "stream", "stream_options", "parallel_tool_calls",
                        "user", "metadata", "return_token_ids"})
 """The request fields the gateway reads (module docs)."""
@@ -64,6 +66,8 @@ class ChatRequest:
     """Return the prompt's and the completion's token ids (vLLM's field names)."""
     tool_choice: str = "auto"
     """``auto``: tool calls are parsed from the reply; ``none``: it is text only."""
+    stop: tuple[str, ...] = ()
+    """Stop strings (the reply ends before the first it contains)."""
 
 
 def _number(body: dict[str, Any], name: str, default: float, low: float, high: float) -> float:
@@ -163,6 +167,12 @@ def parse_chat_request(body: Any, *, models: tuple[str, ...]) -> ChatRequest:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise GatewayError(f"seed must be an integer, got {seed!r}", param="seed")
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else ([] if stop is None else stop)
+    if not isinstance(stop, list) or len(stop) > 4 or not all(
+            isinstance(x, str) and x for x in stop):
+        raise GatewayError("stop must be a non-empty string or a list of up to 4 of them",
+                           param="stop")
     options = body.get("stream_options")
     if options is not None and (not isinstance(options, dict)
                                 or set(options) - {"include_usage"}):
@@ -179,7 +189,7 @@ def parse_chat_request(body: Any, *, models: tuple[str, ...]) -> ChatRequest:
         messages=_messages(body.get("messages")), tools=_tools(body.get("tools")),
         temperature=temperature, top_p=_number(body, "top_p", 1.0, 1e-9, 1.0),
         max_tokens=limit, seed=seed, tool_choice=choice,
-        include_usage=bool((options or {}).get("include_usage")), **flags)
+        include_usage=bool((options or {}).get("include_usage")), stop=tuple(stop), **flags)
 
 
 __all__ = ["SUPPORTED", "ChatRequest", "GatewayError", "parse_chat_request"]

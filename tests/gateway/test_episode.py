@@ -133,3 +133,33 @@ async def test_tool_choice_none_answers_text_and_a_full_context_is_an_error(tok)
     with pytest.raises(GatewayError, match="does not fit the context of 8") as e:
         await small.complete(_request([SYSTEM, USER]))
     assert e.value.code == "context_length_exceeded" and e.value.status == 400
+
+
+async def test_a_stop_string_ends_the_reply_and_the_record_keeps_the_tokens_up_to_it(tok):
+    """The sampler runs past "END"; the reply's text ends before it, the record keeps the
+    sampled tokens up to the one completing it (a prefix of the generation, logprobs and
+    versions alike), and the next call continues from there (no segment)."""
+    end = tok.convert_tokens_to_ids(IM_END)
+    head = tok.encode("The answer is 12", add_special_tokens=False)
+    stop = tok.encode(" END", add_special_tokens=False)
+    tail = tok.encode(" and more text", add_special_tokens=False)
+    sampled = _gen(head + stop + tail + [end])
+    later = _gen(tok.encode("ok", add_special_tokens=False) + [end], version=1)
+    episode = ChatEpisode(ScriptedBackend([sampled, later]), tok, max_context_tokens=4096)
+    one = await episode.complete(_request([SYSTEM, USER], stop=["END", "never"]))
+    assert one.message == {"role": "assistant", "content": "The answer is 12"}
+    assert one.finish_reason == "stop"
+    kept = len(head) + len(stop)
+    assert one.generation.token_ids == (head + stop)
+    assert one.generation.logprobs == sampled.logprobs[:kept]
+    record = episode.segments()[0]
+    actions = [t for t, m in zip(record.token_ids, record.loss_mask, strict=True) if m]
+    assert actions == head + stop
+    two = await episode.complete(_request([SYSTEM, USER, one.message,
+                                           {"role": "user", "content": "go on"}]))
+    assert two.segment == 0 and len(episode.segments()) == 1
+    # the turn's close (never sampled) is part of the observation delta, masked
+    record = episode.segments()[0]
+    between = record.token_ids[len(two.prompt_ids) - 10:len(two.prompt_ids)]
+    assert end in between
+    assert record.loss_mask[record.token_ids.index(end, len(one.prompt_ids))] == 0

@@ -24,6 +24,8 @@ def test_the_supported_fields_are_read():
     assert r.logprobs and r.stream and r.include_usage and r.return_token_ids
     assert r.tools == [tool] and r.tool_choice == "none"
     assert parse(max_tokens=5).max_tokens == 5
+    assert parse(stop="\n\n").stop == ("\n\n",) and parse(stop=["a", "b"]).stop == ("a", "b")
+    assert parse().stop == ()
     d = parse()
     assert (d.temperature, d.top_p, d.max_tokens, d.seed, d.stream) == (1.0, 1.0, None, None,
                                                                         False)
@@ -52,6 +54,9 @@ def test_messages_are_normalised():
     ({"temperature": 3}, "temperature", "invalid_value", 400),
     ({"max_tokens": 0}, "max_tokens", "invalid_value", 400),
     ({"seed": "7"}, "seed", "invalid_value", 400),
+    ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "invalid_value", 400),
+    ({"stop": [""]}, "stop", "invalid_value", 400),
+    ({"stop": 3}, "stop", "invalid_value", 400),
     ({"stream": "yes"}, "stream", "invalid_value", 400),
     ({"stream_options": {"continuous_usage_stats": True}}, "stream_options", "unsupported_value",
      400),
