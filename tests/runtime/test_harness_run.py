@@ -51,7 +51,7 @@ def _config(tmp_path, *sets):
 
 
 def test_harness_settings_are_checked_before_the_run(tmp_path):
-    with pytest.raises(ConfigError, match="agent.tasks, agent.reward and agent.oracle are for a harness"):
+    with pytest.raises(ConfigError, match="agent.oracle are for a harness"):
         load_config(None, ["env=sao_gym/KeyChain-v0", "agent.tasks=t.jsonl"])
     with pytest.raises(ConfigError, match="set one"):
         load_config(None, ["agent.program=a:b", "agent.command=run-agent"])
