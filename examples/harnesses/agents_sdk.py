@@ -21,7 +21,7 @@ import json
 import os
 import sys
 
-from agents.exceptions import MaxTurnsExceeded
+from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError
 
 from agents import (
     Agent,
@@ -66,7 +66,7 @@ async def run(client, task):
                       tool_use_behavior=stop_when_over)
         try:
             await Runner.run(agent, prompt, max_turns=int(task.get("max_turns", 32)))
-        except MaxTurnsExceeded:
+        except (MaxTurnsExceeded, ModelBehaviorError):  # the model's failure: the task failed
             pass
         if session.infra_failure:
             raise RuntimeError("the environment failed (its log says why)")

@@ -149,7 +149,8 @@ def hostile_rollout(i: int, big: int = 1 << 20) -> tuple[Rollout, list[str]]:
                    policy_versions=[0 if m else -1 for m in mask], reward=float(i % 2),
                    terminated=True, truncated=False, stop_reason=StopReason.TERMINATED,
                    infra_failure=False, messages=messages, env_id=f"evil/{bad}",
-                   task_id=f"task-{i}-{bad}", seed=i, metrics={"turns": 1.0}), texts
+                   task_id=f"task-{i}-{bad}", seed=i, metrics={"turns": 1.0},
+                   segment_starts=[6] if i == 1 else []), texts  # episode 1: two segments
 
 
 def hostile_run(run_dir: Path, episodes: int = 6) -> Path:

@@ -228,3 +228,17 @@ def test_hostile_strings_are_text_and_run_nothing(browser, viewer, runs):
     for link in _css(browser, "#main a"):  # every link is one of the app's own routes
         assert link.get_attribute("href").startswith(viewer.url + "/#/")
     _safe(browser)
+
+
+def test_the_segments_of_a_gateway_episode_are_marked_in_the_token_strip(browser, viewer, runs):
+    _open(browser, viewer.url + "/#/runs/1/train/1", "#strip span")
+    breaks = _css(browser, "#strip .segment-break")
+    assert len(breaks) == 1 and breaks[0].text.startswith("segment 2:")
+    # the marker sits right before token 6, where the second segment starts
+    assert browser.execute_script(
+        "return document.querySelector('#strip .segment-break').nextElementSibling"
+        ".dataset.i") == "6"
+    assert len(_css(browser, "#strip span")) == 8
+    _open(browser, viewer.url + "/#/runs/1/train/0", "#strip span")
+    assert _css(browser, "#strip .segment-break") == []
+    _safe(browser)

@@ -291,6 +291,7 @@ async function episodePage(run, split, id, params) {
     ["environment", rec.env_id], ["task", rec.task_id], ["seed", rec.seed], ["reward", rec.reward],
     ["stop reason", rec.stop_reason], ["truncated", rec.truncated], ["infra failure", rec.infra_failure],
     ["first policy version", rec.policy_version], ["tokens", rec.tokens.id.length],
+    ["segments", (rec.segments || []).length + 1],
     ["learner values from step", rec.learner ? rec.learner.step : null],
     ...Object.entries(rec.metrics || {}).map(([k, v]) => [k, v])];
   main.appendChild(el("dl", { class: "meta", id: "meta" }, meta.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: fmt(v) })])));
@@ -329,7 +330,14 @@ async function episodePage(run, split, id, params) {
     return s;
   });
   const fragment = document.createDocumentFragment();
-  spans.forEach(sp => fragment.appendChild(sp));
+  const breaks = new Map((rec.segments || []).map((start, k) => [start, k + 2]));
+  spans.forEach((sp, i) => {
+    if (breaks.has(i)) {  // a harness rewrote its history: a new sequence, its own prompt
+      fragment.appendChild(el("div", { class: "segment-break",
+        text: `segment ${breaks.get(i)}: a new prompt (the harness rewrote its history)` }));
+    }
+    fragment.appendChild(sp);
+  });
   strip.appendChild(fragment);
   function paint(key) {
     const kind = QUANTITIES.find(([k]) => k === key)[2];
