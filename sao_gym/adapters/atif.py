@@ -20,7 +20,11 @@ into an ATIF document, a plain dict that validates against Harbor's own
   rollout, ``extra.learner`` (the learner's per-token quantities on the
   completion tokens) ride along.
 - The root's ``extra`` holds the episode's reward, stop reason, env and task
-  ids, seed, learner step and split.
+  ids, seed, learner step and split, and for a gateway episode of several
+  segments where each starts in the tokens (``segments``). Such an episode's
+  messages are its last segment's conversation, so its turns and token runs
+  differ in number: it is exported with ``token_exact`` false and no per-step
+  token data.
 
 :func:`export_run` writes every kept rollout of a run directory, one JSON file
 an episode: ``OUT/<split>/<id>.json``.
@@ -132,6 +136,8 @@ def trajectory(record: Mapping[str, Any], *, agent_name: str = "sao-gym",
         "split", "id", "step", "env_id", "task_id", "seed", "reward", "stop_reason",
         "terminated", "truncated", "infra_failure", "group_id", "policy_version", "metrics")}
     root_extra["token_exact"] = exact
+    if record.get("segments"):  # a gateway episode whose harness rewrote its history
+        root_extra["segments"] = list(record["segments"])
     doc: dict[str, Any] = {
         "schema_version": ATIF_VERSION,
         "session_id": session_id or f"{record.get('split', 'rollouts')}-{record.get('id', 0)}",

@@ -73,6 +73,17 @@ def test_turns_that_do_not_match_the_tokens_keep_the_conversation_only():
     assert [s["source"] for s in doc["steps"]] == ["system", "user", "agent", "agent"]
 
 
+def test_a_gateway_episode_of_two_segments_says_where_they_start():
+    rec = _two_turn_record(traced=False)
+    rec["segments"] = [5]  # the harness rewrote its history before its second call
+    rec["messages"] = [{"role": "system", "content": "summary: 2+2 was asked"},
+                       {"role": "assistant", "content": "4"}]  # the last segment's view
+    doc = trajectory(rec)
+    assert doc["extra"]["segments"] == [5] and not doc["extra"]["token_exact"]
+    assert [s["source"] for s in doc["steps"]] == ["system", "agent"]
+    assert "segments" not in trajectory(_two_turn_record())["extra"]
+
+
 def test_the_cli_exports_a_run_and_refuses_bad_input(tmp_path, capsys):
     run = hostile_run(tmp_path / "run", episodes=3)
     assert main(["export", "atif", str(run), str(tmp_path / "out")]) == 0

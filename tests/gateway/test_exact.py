@@ -1,9 +1,10 @@
 """Harness episodes through the gateway are token-exact, a weight update mid-episode included.
 
 Real harnesses, unmodified, on KeyChain tasks with the tiny model (HF backend):
-the openai client in a loop (in-process) and an OpenAI Agents SDK agent (a command
-harness, its own process). While an episode runs, the backend loads other
-weights; every action token's stored logprob must equal a fresh forward of the
+the openai client in a loop (in-process), an OpenAI Agents SDK agent (a command
+harness, its own process) and mini-swe-agent (on CodeRepo, in a thread; each of its
+malformed replies starts a segment, each segment checked in its own context).
+While an episode runs, the backend loads other weights; every action token's stored logprob must equal a fresh forward of the
 weights that sampled it, the stored tokens must be the sampled ones (never the
 harness's text re-tokenized), and a call's prompt must be the episode so far.
 """
@@ -24,10 +25,16 @@ from sao_gym.inference.hf import HFBackend
 from sao_gym.models import load_policy, tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESSES = {
-    "openai_loop": Harness("examples.harnesses.openai_loop:run", timeout_s=120),
-    "agents_sdk": Harness(command=(sys.executable, str(ROOT / "examples/harnesses/agents_sdk.py")),
-                          timeout_s=120),
+KEYCHAIN = TaskSource(env="sao_gym/KeyChain-v0", env_kwargs={"hops": 3})
+HARNESSES = {  # harness, its tasks, the distribution it needs
+    "openai_loop": (Harness("examples.harnesses.openai_loop:run", timeout_s=120), KEYCHAIN,
+                    None),
+    "agents_sdk": (Harness(command=(sys.executable,
+                                    str(ROOT / "examples/harnesses/agents_sdk.py")),
+                           timeout_s=120), KEYCHAIN, "openai-agents"),
+    "mini_swe": (Harness("examples.harnesses.mini_swe:run", timeout_s=180),
+                 TaskSource(env="sao_gym/CodeRepo-v0", env_kwargs={"tasks": "humaneval"}),
+                 "mini-swe-agent"),
 }
 
 
@@ -58,8 +65,9 @@ def fresh_logprobs(model, ids: list[int]) -> list[float]:
 @pytest.mark.parametrize("name", list(HARNESSES))
 async def test_every_action_token_is_the_sampled_one_with_its_exact_logprob(
         tiny_model_path, other_model_path, name):
-    if name == "agents_sdk":
-        require_distribution("openai-agents")
+    harness, tasks, needs = HARNESSES[name]
+    if needs is not None:
+        require_distribution(needs)
     backend = HFBackend(tiny_model_path, max_batch_size=4, seed=0)
     sampled: list[list[int]] = []
     generate = backend.generate
@@ -71,10 +79,8 @@ async def test_every_action_token_is_the_sampled_one_with_its_exact_logprob(
 
     backend.generate = recording
     new_model, _ = load_policy(other_model_path)
-    runs = HarnessRollouts(HARNESSES[name],
-                           TaskSource(env="sao_gym/KeyChain-v0", env_kwargs={"hops": 3}),
-                           backend, backend.tokenizer, max_new_tokens=48,
-                           max_context_tokens=2048)
+    runs = HarnessRollouts(harness, tasks, backend, backend.tokenizer, max_new_tokens=48,
+                           max_context_tokens=8192)
 
     async def update_mid_episode():
         while backend.stats.tokens_generated < 20:
