@@ -5,8 +5,9 @@ the openai client in a loop (in-process), an OpenAI Agents SDK agent (a command
 harness, its own process) and mini-swe-agent (on CodeRepo, in a thread; each of its
 malformed replies starts a segment, each segment checked in its own context).
 While an episode runs, the backend loads other weights; every action token's
-stored logprob must equal a fresh forward of the weights that sampled it, the stored tokens must be the sampled ones (never the
-harness's text re-tokenized), and a call's prompt must be the episode so far.
+stored logprob must equal a fresh forward of the weights that sampled it, the
+stored tokens must be the sampled ones (never the harness's text re-tokenized),
+and a call's prompt must be the episode so far.
 """
 
 from __future__ import annotations
