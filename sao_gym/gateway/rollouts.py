@@ -30,8 +30,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
@@ -42,9 +43,6 @@ from sao_gym.inference.oracle import Oracle
 from sao_gym.types import Rollout, StopReason, Trajectory
 
 logger = logging.getLogger(__name__)
-
-THREADS = 256
-"""Most synchronous harness episodes at once in one process (threads start as needed)."""
 
 MODEL = "policy"
 """The model name harnesses ask for (any name the gateway serves: see :attr:`models`)."""
@@ -78,7 +76,7 @@ class HarnessRollouts:
                                max_new_tokens=max_new_tokens, sampling=(temperature, top_p))
         self.verifier = verifier(reward) if reward is not None else None
         self._task_list = tasks.load()
-        self._threads = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="harness")
+        self._threads = DaemonThreads()
         self._runner: Any = None
         self._url: str | None = None
 
@@ -205,6 +203,10 @@ class HarnessRollouts:
         counters = getattr(self.backend, "counters", None)
         return dict(counters()) if counters is not None else {}
 
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        """One generation of the backend (the trainer's sampler check)."""
+        return await self.backend.generate(prompt_ids, params)
+
     async def update_weights(self, weights: Any, version: int) -> None:
         """Serve policy ``version`` from now on."""
         await self.backend.update_weights(weights, version)
@@ -214,9 +216,31 @@ class HarnessRollouts:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._url = None, None
-        self._threads.shutdown(wait=False, cancel_futures=True)
         if self.backend is not None:
             await self.backend.aclose()
+
+
+class DaemonThreads(Executor):
+    """An executor of a daemon thread per call.
+
+    A synchronous harness that hangs (its episode timed out, the run ended)
+    holds no pool's worker and cannot keep the process from exiting.
+    """
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` on a new daemon thread; its future."""
+        future: Future = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # the caller's await raises it
+                future.set_exception(e)
+
+        threading.Thread(target=run, name="harness", daemon=True).start()
+        return future
 
 
 def _join(segments: list[Trajectory]) -> tuple[Trajectory, list[int]]:

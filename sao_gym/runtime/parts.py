@@ -117,6 +117,10 @@ class Rollouts:
         counters = getattr(self.backend, "counters", None)
         return dict(counters()) if counters is not None else {}
 
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        """One generation of the backend (the trainer's sampler check)."""
+        return await self.backend.generate(prompt_ids, params)
+
     async def update_weights(self, weights: Any, version: int) -> None:
         """Serve policy ``version`` from now on."""
         await self.backend.update_weights(weights, version)

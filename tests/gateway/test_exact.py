@@ -117,3 +117,5 @@ async def test_every_action_token_is_the_sampled_one_with_its_exact_logprob(
     redrawn = [tok.encode(tok.decode(gen), add_special_tokens=False) for gen in sampled]
     assert any(r != gen for r, gen in zip(redrawn, sampled, strict=True))
     assert ro.metrics["turns"] == len(sampled)
+    if name == "openai_loop":  # 6 calls, one segment: each call's prompt reuses the KV kept
+        assert ro.metrics["turns"] >= 3 and backend.stats.reused_tokens > 0

@@ -468,3 +468,30 @@ async def test_sao_serve_answers_the_official_openai_chat_client(served):
     with pytest.raises(openai.BadRequestError, match="unsupported parameter"):
         await client.chat.completions.create(
             model="policy", messages=[{"role": "user", "content": "hi"}], presence_penalty=1.0)
+
+
+@pytest.mark.slow
+async def test_a_harness_through_the_gateway_over_the_servers_is_token_exact(
+        backend, hf_model, model_path):
+    """The run's gateway in front of a server backend (sao-gym serve, and real vLLM): an
+    unmodified openai-client harness's KeyChain episode, every action token's logprob a
+    fresh HF forward's."""
+    pytest.importorskip("openai")
+    from sao_gym.gateway.harness import Harness
+    from sao_gym.gateway.rollouts import HarnessRollouts
+    from sao_gym.gateway.tasks import TaskSource
+
+    runs = HarnessRollouts(Harness("examples.harnesses.openai_loop:run", timeout_s=300),
+                           TaskSource(env="sao_gym/KeyChain-v0", env_kwargs={"hops": 2}),
+                           backend, AutoTokenizer.from_pretrained(model_path),
+                           max_new_tokens=24, max_context_tokens=MAX_LEN)
+    try:
+        rollout = await runs.play(0, sample_seed=3)
+    finally:
+        await runs.aclose()
+    assert not rollout.infra_failure and rollout.metrics["turns"] >= 2
+    assert rollout.segment_starts == []
+    ref = token_logprobs(hf_model, rollout.token_ids, 1.0)
+    got = torch.tensor(rollout.rollout_logprobs, dtype=torch.float64)
+    mask = torch.tensor(rollout.loss_mask, dtype=torch.bool)
+    assert (ref[mask[1:]] - got[mask]).abs().max().item() < 1e-4

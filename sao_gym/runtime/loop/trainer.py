@@ -125,7 +125,10 @@ class Trainer:
     Args:
         source: episodes and the staleness rule.
         learner: trains on batches (:class:`TrainableLearner`).
-        backend: the inference backend the agents sample from.
+        backend: the sampling side: ``update_weights``, ``counters``, ``aclose`` (and
+            ``generate``, for ``sampler_check``): a process's rollouts
+            (:class:`~sao_gym.runtime.parts.Rollouts`, which closing stops a harness's
+            gateway too) or the Ray runtime's worker pool.
         sink: metric sink (``log``/``close``).
         checkpoints: saves checkpoints; ``None``: never.
         total_steps: the learner step the run ends at.

@@ -53,7 +53,7 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                           max_versions_per_step=learner.max_versions_per_step,
                           sample_seed=parts.seed)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
-    return Trainer(source=source, learner=learner, backend=rollouts.backend, sink=sink,
+    return Trainer(source=source, learner=learner, backend=rollouts, sink=sink,
                    checkpoints=checkpoints, total_steps=parts.total_steps,
                    checkpoint_every=parts.checkpoint_every, publish_first=lora is not None,
                    sampler_check=SamplerCheck(lora.check_tolerance, parts.learner.temperature)
