@@ -398,7 +398,7 @@ async def test_launch_starts_local_servers_for_the_run_and_stops_them(model_path
     config = load_recipe("demo", [f"{k}={v}" for k, v in sets.items()])
     trainer = await asyncio.to_thread(build_trainer, config, tmp_path / "run",
                                       policy_path=model_path)
-    urls = [s.url for s in trainer.backend.router.servers]
+    urls = [s.url for s in trainer.backend.backend.router.servers]
     assert len(urls) == 2 and all(weight_info(u) == "0" for u in urls)
     # the servers share the cores with the trainer: each runs cores // 3 threads (at least 1)
     assert [server_threads(u) for u in urls] == [max(1, (os.cpu_count() or 1) // 3)] * 2
@@ -432,7 +432,7 @@ async def test_a_launched_server_killed_during_training_is_replaced_and_no_episo
     config = load_recipe("demo", [f"{k}={v}" for k, v in sets.items()])
     run = tmp_path / "run"
     trainer = await asyncio.to_thread(build_trainer, config, run, policy_path=model_path)
-    (first,) = [s.url for s in trainer.backend.router.servers]
+    (first,) = [s.url for s in trainer.backend.backend.router.servers]
     task = asyncio.ensure_future(trainer.arun())
     while not ((run / "metrics.jsonl").exists() and len(read_metrics(run)) >= 3):
         assert not task.done(), task
@@ -444,7 +444,7 @@ async def test_a_launched_server_killed_during_training_is_replaced_and_no_episo
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == list(range(1, 9))
     assert rows[-1]["rollout/infra_failures"] == 0  # episodes waited for the new server
-    old, new = trainer.backend.router.servers
+    old, new = trainer.backend.backend.router.servers
     assert old.url == first and not old.alive and new.alive and new.url != first
     assert new.version == 8  # it took every update after it came up
     assert "--- restart 1 ---" in (run / "servers" / "server-0.log").read_text()
