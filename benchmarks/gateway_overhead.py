@@ -18,7 +18,8 @@ second and their ratio, gateway over llm_agent.
 
 Run: .venv/bin/python benchmarks/gateway_overhead.py --model PATH --concurrency 32 \
         --episodes 128 --rounds 3 --out docs/data/gateway_overhead.json
-(``--model tiny``: a random tiny model, whose turns run to ``--max-new-tokens``.)
+(``--model tiny``: a random tiny model, whose turns run to ``--max-new-tokens``;
+``--model smollm2``: SmolLM2-135M-Instruct.)
 """
 
 from __future__ import annotations
@@ -66,9 +67,11 @@ async def run(args: argparse.Namespace) -> dict:
     from sao_gym.gateway.rollouts import HarnessRollouts
     from sao_gym.gateway.tasks import TaskSource
     from sao_gym.inference import HFBackend
-    from sao_gym.models import tiny_model
+    from sao_gym.models import smollm2, tiny_model
 
-    model = tiny_model(tempfile.mkdtemp()) if args.model == "tiny" else args.model
+    model = (tiny_model(tempfile.mkdtemp()) if args.model == "tiny"
+             else smollm2(tempfile.mkdtemp() + "/smollm2") if args.model == "smollm2"
+             else args.model)
     backend = HFBackend(model, seed=0, max_batch_size=args.concurrency)
     tokenizer = backend.tokenizer
     runs = HarnessRollouts(Harness("examples.harnesses.openai_loop:run", timeout_s=600),

@@ -89,25 +89,26 @@ class Harness:
         return found
 
     async def run(self, base_url: str, task: Mapping[str, Any], *,
-                  threads: Executor | None = None) -> float | None:
+                  threads: Executor | None = None,
+                  clients: OpenAIClients | None = None) -> float | None:
         """Run one episode; its reward (None: it gave none), or :class:`HarnessFailed`.
 
         The time limit is the caller's (the episode runner's). ``threads`` runs a
-        synchronous program (None: the event loop's default executor, a few threads).
+        synchronous program (None: the event loop's default executor, a few
+        threads); ``clients`` gives a program its client on shared connections
+        (None: a client of its own, made and closed here).
         """
         if self.program is not None:
-            return await self._call(base_url, task, threads)
+            return await self._call(base_url, task, threads,
+                                    clients or OpenAIClients(self.timeout_s, shared=False))
         return await self._command(base_url, task)
 
     async def _call(self, base_url: str, task: Mapping[str, Any],
-                    threads: Executor | None) -> float | None:
-        import openai
-
+                    threads: Executor | None, clients: OpenAIClients) -> float | None:
         fn = self.function()
         where = f"agent.program {self.program}"
         if inspect.iscoroutinefunction(fn):
-            client = openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                        timeout=self.timeout_s)
+            client = clients.async_client(base_url)
             try:
                 value = await fn(client, dict(task))
             except asyncio.CancelledError:
@@ -115,14 +116,15 @@ class Harness:
             except Exception as e:
                 raise HarnessFailed(f"{where} raised {type(e).__name__}: {e}") from e
             finally:
-                await client.close()
+                await clients.release(client)
             return as_reward(value, where=where)
-        sync_client = openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                    timeout=self.timeout_s)
+        sync_client = clients.sync_client(base_url)
 
         def call() -> Any:
-            with sync_client:
+            try:
                 return fn(sync_client, dict(task))
+            finally:
+                clients.release_sync(sync_client)
 
         try:
             value = await asyncio.get_running_loop().run_in_executor(threads, call)
@@ -164,6 +166,64 @@ class Harness:
         return as_reward(value, where=where) if isinstance(value, (int, float)) else None
 
 
+class OpenAIClients:
+    """The episodes' ``openai`` clients, on one connection pool.
+
+    A client made afresh builds an SSL context and opens its own connections
+    (tens of milliseconds, and a DNS lookup in a thread, per episode); these
+    are copies of one client (``with_options(base_url=...)``), each with its
+    episode's base URL, sharing the pool. ``shared=False``: a client of its
+    own, closed when released.
+    """
+
+    def __init__(self, timeout_s: float, *, shared: bool = True):
+        self.timeout_s, self.shared = timeout_s, shared
+        self._async: Any = None
+        self._sync: Any = None
+
+    def async_client(self, base_url: str) -> Any:
+        """An ``openai.AsyncOpenAI`` on ``base_url``."""
+        import openai
+
+        if not self.shared:
+            return openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                      timeout=self.timeout_s)
+        if self._async is None:
+            self._async = openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                             timeout=self.timeout_s)
+        return self._async.with_options(base_url=base_url)
+
+    def sync_client(self, base_url: str) -> Any:
+        """An ``openai.OpenAI`` on ``base_url`` (thread-safe to share)."""
+        import openai
+
+        if not self.shared:
+            return openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                 timeout=self.timeout_s)
+        if self._sync is None:
+            self._sync = openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                       timeout=self.timeout_s)
+        return self._sync.with_options(base_url=base_url)
+
+    async def release(self, client: Any) -> None:
+        """An episode is done with its async client."""
+        if not self.shared:
+            await client.close()
+
+    def release_sync(self, client: Any) -> None:
+        """An episode is done with its sync client."""
+        if not self.shared:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the shared connections."""
+        if self._async is not None:
+            await self._async.close()
+        if self._sync is not None:
+            self._sync.close()
+        self._async = self._sync = None
+
+
 def verifier(reference: str) -> Callable[..., Any]:
     """The verifier ``MODULE:NAME``: ``[async] def reward(task, transcript) -> float``.
 
@@ -176,4 +236,4 @@ def verifier(reference: str) -> Callable[..., Any]:
     return found
 
 
-__all__ = ["API_KEY", "Harness", "HarnessFailed", "as_reward", "verifier"]
+__all__ = ["API_KEY", "Harness", "HarnessFailed", "OpenAIClients", "as_reward", "verifier"]

@@ -37,8 +37,15 @@ from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
 from sao_gym.gateway.episode import ChatEpisode
-from sao_gym.gateway.harness import Harness, HarnessFailed, as_reward, verifier
+from sao_gym.gateway.harness import (
+    Harness,
+    HarnessFailed,
+    OpenAIClients,
+    as_reward,
+    verifier,
+)
 from sao_gym.gateway.tasks import TaskSource, oracle_task
+from sao_gym.inference.base import SamplesOn
 from sao_gym.inference.oracle import Oracle
 from sao_gym.types import Rollout, StopReason, Trajectory
 
@@ -48,7 +55,7 @@ MODEL = "policy"
 """The model name harnesses ask for (any name the gateway serves: see :attr:`models`)."""
 
 
-class HarnessRollouts:
+class HarnessRollouts(SamplesOn):
     """The episodes of a harness run in one process (module docs).
 
     Args:
@@ -77,6 +84,7 @@ class HarnessRollouts:
         self.verifier = verifier(reward) if reward is not None else None
         self._task_list = tasks.load()
         self._threads = DaemonThreads()
+        self._clients = OpenAIClients(harness.timeout_s)
         self._runner: Any = None
         self._url: str | None = None
 
@@ -140,7 +148,7 @@ class HarnessRollouts:
         try:
             returned = await asyncio.wait_for(
                 self.harness.run(f"{base}/episodes/{episode_id}/v1", task,
-                                 threads=self._threads),
+                                 threads=self._threads, clients=self._clients),
                 self.harness.timeout_s)
         except TimeoutError:
             failure = f"the harness ran past its {self.harness.timeout_s:g} s"
@@ -198,21 +206,9 @@ class HarnessRollouts:
                      "total_tokens": float(len(joined.token_ids)),
                      "sampling_overridden": float(episode.overridden)})
 
-    def counters(self) -> dict[str, int]:
-        """The backend's token counters so far (as :meth:`Rollouts.counters`)."""
-        counters = getattr(self.backend, "counters", None)
-        return dict(counters()) if counters is not None else {}
-
-    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
-        """One generation of the backend (the trainer's sampler check)."""
-        return await self.backend.generate(prompt_ids, params)
-
-    async def update_weights(self, weights: Any, version: int) -> None:
-        """Serve policy ``version`` from now on."""
-        await self.backend.update_weights(weights, version)
-
     async def aclose(self) -> None:
         """Stop the gateway and release the backend."""
+        await self._clients.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._url = None, None

@@ -13,11 +13,11 @@ range). A :class:`TaskSource` turns a seed into the task a harness gets:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from sao_gym.utils.jsonl import read_jsonl
 
 
 @dataclass(frozen=True)
@@ -37,18 +37,7 @@ class TaskSource:
         """The JSONL file's tasks (``[]`` for an env's seeds); errors name the line."""
         if self.path is None:
             return []
-        tasks = []
-        with Path(self.path).open(encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    task = json.loads(line)
-                except ValueError as e:
-                    raise ValueError(f"{self.path}:{n}: not JSON ({e})") from None
-                if not isinstance(task, dict):
-                    raise ValueError(f"{self.path}:{n}: a task is a JSON object")
-                tasks.append(task)
+        tasks = [task for _, task in read_jsonl(self.path)]
         if not tasks:
             raise ValueError(f"{self.path} holds no tasks")
         return tasks

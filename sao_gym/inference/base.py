@@ -67,3 +67,28 @@ class BackendClosed(RuntimeError):
 
 class InferenceError(RuntimeError):
     """Inference cannot go on: servers down or misconfigured, an engine that did not start."""
+
+
+class SamplesOn:
+    """Episodes that sample from one backend (``self.backend``): what a trainer asks of them.
+
+    The base of a process's rollouts (:class:`~sao_gym.runtime.parts.Rollouts`,
+    :class:`~sao_gym.gateway.rollouts.HarnessRollouts`): new weights, token
+    counters and the sampler check go to the backend; closing is theirs.
+    """
+
+    backend: Any
+
+    def counters(self) -> dict[str, int]:
+        """The backend's token counters so far (``HFBackend.counters``); {} without any."""
+        counters = getattr(self.backend, "counters", None)
+        return dict(counters()) if counters is not None else {}
+
+    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
+        """One generation of the backend (the trainer's sampler check)."""
+        return await self.backend.generate(prompt_ids, params)
+
+    async def update_weights(self, weights: Any, version: int) -> None:
+        """Serve policy ``version`` from now on."""
+        await self.backend.update_weights(weights, version)
+

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sao_gym.inference.base import SamplesOn
 from sao_gym.learner.config import LearnerConfig
 
 
@@ -87,7 +88,7 @@ class AgentFactory:
                                  tool_schemas=self.tool_schemas)
 
 
-class Rollouts:
+class Rollouts(SamplesOn):
     """Episodes of one process: its environments, backend and agents.
 
     The ``play`` of a :class:`~sao_gym.runtime.loop.source.RolloutSource` and the
@@ -108,22 +109,6 @@ class Rollouts:
         make_agent = (self.make_agent if sample_seed is None
                       else functools.partial(self.make_agent, seed=sample_seed))
         return await play_episode(self.make_env, make_agent, seed=seed)
-
-    def counters(self) -> dict[str, int]:
-        """The backend's token counters so far (``HFBackend.counters``).
-
-        None for a backend that keeps none, such as a server's client.
-        """
-        counters = getattr(self.backend, "counters", None)
-        return dict(counters()) if counters is not None else {}
-
-    async def generate(self, prompt_ids: list[int], params: Any) -> Any:
-        """One generation of the backend (the trainer's sampler check)."""
-        return await self.backend.generate(prompt_ids, params)
-
-    async def update_weights(self, weights: Any, version: int) -> None:
-        """Serve policy ``version`` from now on."""
-        await self.backend.update_weights(weights, version)
 
     async def aclose(self) -> None:
         """Release the backend (and any servers it started)."""

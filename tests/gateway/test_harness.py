@@ -195,10 +195,10 @@ def test_tasks_from_a_file_or_an_env_and_bad_task_files(tmp_path, tasks):
                                  "env_kwargs": {"hops": 2}})
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1}\nnot json\n')
-    with pytest.raises(ValueError, match="bad.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match="bad.jsonl:2: not valid JSON"):
         TaskSource(path=str(bad)).load()
     bad.write_text("[1, 2]\n")
-    with pytest.raises(ValueError, match="a task is a JSON object"):
+    with pytest.raises(ValueError, match="must be a JSON object"):
         TaskSource(path=str(bad)).load()
     with pytest.raises(ValueError, match="exactly one"):
         TaskSource()

@@ -94,3 +94,18 @@ def table_critic(table: dict[int, float]) -> ValueModel:
         critic.head.bias.zero_()
     critic.head.requires_grad_(False)
     return critic
+
+
+def table_learner(policy_path, table, **cfg):
+    """An SAO learner on the tiny policy with :func:`table_critic` ``table`` as its critic
+    (no warm-up left: ``critic_warmup_steps`` 10, gradients unclipped)."""
+    from sao_gym.learner.engine import local_engine
+    from sao_gym.learner.learner import Learner, LearnerConfig
+    from sao_gym.models import load_policy
+
+    policy, tok = load_policy(policy_path)
+    config = LearnerConfig(critic_warmup_steps=10, max_grad_norm=None, **cfg)
+    return Learner("sao", local_engine(policy, config, config.lr),
+                   local_engine(table_critic(table), config, 5 * config.lr), config,
+                   pad_id=tok.pad_token_id)
+

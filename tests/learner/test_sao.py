@@ -11,15 +11,14 @@ import torch
 from sao_gym.learner import losses
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.critic import attention_parameter_names
-from sao_gym.learner.engine import local_engine
-from sao_gym.learner.learner import ALGORITHMS, Learner, LearnerConfig, build_learner
+from sao_gym.learner.learner import ALGORITHMS, LearnerConfig, build_learner
 from sao_gym.models import load_policy
 from tests.learner.helpers import (
     random_batch,
     random_multiturn,
     sampler_logprobs,
     segments_rollout,
-    table_critic,
+    table_learner,
 )
 
 METRICS = ["loss/policy", "sao/clip_ratio", "sao/ratio_mean", "sao/approx_kl",
@@ -309,7 +308,6 @@ def test_pretrain_critic_raises_explained_variance(tiny_model_path):
 
 
 def test_saved_models_reload_for_serving_and_training(tiny_model_path, tmp_path):
-    from sao_gym.models import load_policy
 
     a = build_learner("sao", tiny_model_path, LearnerConfig(lr=1e-3, critic_warmup_steps=0))
     rollouts = random_batch(a.policy, 4, seed=2)
@@ -365,21 +363,13 @@ def test_more_minibatches_than_rollouts_gives_one_step_per_rollout(tiny_model_pa
 
 # ---------- the critic: bootstrap and metrics, with hand values ----------
 
-def _table_learner(tiny_model_path, table, **cfg):
-    policy, tok = load_policy(tiny_model_path)
-    config = LearnerConfig(critic_warmup_steps=10, max_grad_norm=None, **cfg)
-    return Learner("sao", local_engine(policy, config, config.lr),
-                   local_engine(table_critic(table), config, 5 * config.lr), config,
-                   pad_id=tok.pad_token_id)
-
-
 @pytest.mark.parametrize("truncated, bootstrap, final_obs",
                          [(True, True, True), (False, True, True), (True, False, True),
                           (True, True, False)])
 def test_truncated_rollouts_bootstrap_from_the_end_of_the_final_observation(
         tiny_model_path, truncated, bootstrap, final_obs):
     # value after each token: 10 -> 0.2, 11 -> 0.5, 12 -> 1.2, 13 (an observation) -> 5.0
-    learner = _table_learner(tiny_model_path, {10: 0.2, 11: 0.5, 12: 1.2, 13: 5.0},
+    learner = table_learner(tiny_model_path, {10: 0.2, 11: 0.5, 12: 1.2, 13: 5.0},
                              critic_updates=1, bootstrap_truncated=bootstrap)
     segments = [([10], False), ([11, 12], True)] + ([([13], False)] if final_obs else [])
     ro = segments_rollout(segments, reward=0.5, truncated=truncated)
@@ -400,7 +390,7 @@ def test_truncated_rollouts_bootstrap_from_the_end_of_the_final_observation(
 
 
 def test_critic_metrics_are_means_over_the_k_updates(tiny_model_path):
-    learner = _table_learner(tiny_model_path, {10: 0.2, 11: 0.5}, critic_updates=2,
+    learner = table_learner(tiny_model_path, {10: 0.2, 11: 0.5}, critic_updates=2,
                              critic_lr=0.1)
     ro = segments_rollout([([10], False), ([11, 12], True)], reward=1.0)
     m = learner.update([ro])

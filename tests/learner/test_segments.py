@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from sao_gym.learner.batching import collate, micro_batches, plan_micro_batches, unpad
-from sao_gym.learner.engine import local_engine
-from sao_gym.learner.learner import Learner, LearnerConfig, build_learner
-from sao_gym.models import load_policy
-from tests.learner.helpers import sampler_logprobs, segments_rollout, table_critic
+from sao_gym.learner.learner import LearnerConfig, build_learner
+from tests.learner.helpers import sampler_logprobs, segments_rollout, table_learner
 
 
 def two_segments(reward=1.0, *, truncated=False, logprobs=None, group_id=None):
@@ -65,14 +63,6 @@ def test_the_planner_counts_every_row_and_keeps_segments_together():
     assert [mb.indices for mb in mbs] == [[0, 0], [1]]
 
 
-def _table_learner(tiny_model_path, table, **cfg):
-    policy, tok = load_policy(tiny_model_path)
-    config = LearnerConfig(critic_warmup_steps=10, max_grad_norm=None, **cfg)
-    return Learner("sao", local_engine(policy, config, config.lr),
-                   local_engine(table_critic(table), config, 5 * config.lr), config,
-                   pad_id=tok.pad_token_id)
-
-
 @pytest.mark.parametrize("truncated", [False, True])
 def test_gae_links_the_last_action_of_a_segment_to_the_first_of_the_next(tiny_model_path,
                                                                           truncated):
@@ -81,7 +71,7 @@ def test_gae_links_the_last_action_of_a_segment_to_the_first_of_the_next(tiny_mo
     # V(18) = 0.5. 14 -> 9.0 is the value after segment 1's last action in segment 1's
     # context: a state the episode never continues from, so never read.
     table = {10: 0.1, 11: 0.2, 12: 6.0, 13: 0.3, 14: 9.0, 15: 3.0, 16: 0.4, 17: 0.5, 18: 7.0}
-    learner = _table_learner(tiny_model_path, table, critic_updates=1)
+    learner = table_learner(tiny_model_path, table, critic_updates=1)
     m = learner.update([two_segments(reward=1.0, truncated=truncated)], trace=[0])
     # one chain of 5 action tokens, lambda = 1 - 1 / (1.5 * 5) = 13/15, gamma = 1; the
     # episode ends on an action token, so a truncated one has nothing to bootstrap from
