@@ -98,36 +98,28 @@ class Harness:
         threads); ``clients`` gives a program its client on shared connections
         (None: a client of its own, made and closed here).
         """
-        if self.program is not None:
-            return await self._call(base_url, task, threads,
-                                    clients or OpenAIClients(self.timeout_s, shared=False))
-        return await self._command(base_url, task)
+        if self.program is None:
+            return await self._command(base_url, task)
+        if clients is not None:
+            return await self._call(base_url, task, threads, clients)
+        own = OpenAIClients(self.timeout_s)
+        try:
+            return await self._call(base_url, task, threads, own)
+        finally:
+            await own.aclose()
 
     async def _call(self, base_url: str, task: Mapping[str, Any],
                     threads: Executor | None, clients: OpenAIClients) -> float | None:
         fn = self.function()
         where = f"agent.program {self.program}"
-        if inspect.iscoroutinefunction(fn):
-            client = clients.async_client(base_url)
-            try:
-                value = await fn(client, dict(task))
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                raise HarnessFailed(f"{where} raised {type(e).__name__}: {e}") from e
-            finally:
-                await clients.release(client)
-            return as_reward(value, where=where)
-        sync_client = clients.sync_client(base_url)
-
-        def call() -> Any:
-            try:
-                return fn(sync_client, dict(task))
-            finally:
-                clients.release_sync(sync_client)
-
+        sync = not inspect.iscoroutinefunction(fn)
+        client = clients.client(base_url, sync=sync)
         try:
-            value = await asyncio.get_running_loop().run_in_executor(threads, call)
+            if sync:
+                value = await asyncio.get_running_loop().run_in_executor(
+                    threads, fn, client, dict(task))
+            else:
+                value = await fn(client, dict(task))
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -167,61 +159,36 @@ class Harness:
 
 
 class OpenAIClients:
-    """The episodes' ``openai`` clients, on one connection pool.
+    """The episodes' ``openai`` clients, on one connection pool per kind (async, sync).
 
     A client made afresh builds an SSL context and opens its own connections
     (tens of milliseconds, and a DNS lookup in a thread, per episode); these
     are copies of one client (``with_options(base_url=...)``), each with its
-    episode's base URL, sharing the pool. ``shared=False``: a client of its
-    own, closed when released.
+    episode's base URL, sharing the pool. :meth:`aclose` closes the pools.
     """
 
-    def __init__(self, timeout_s: float, *, shared: bool = True):
-        self.timeout_s, self.shared = timeout_s, shared
-        self._async: Any = None
-        self._sync: Any = None
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self._roots: dict[bool, Any] = {}
 
-    def async_client(self, base_url: str) -> Any:
-        """An ``openai.AsyncOpenAI`` on ``base_url``."""
+    def client(self, base_url: str, *, sync: bool = False) -> Any:
+        """An ``openai.AsyncOpenAI`` (``sync``: ``openai.OpenAI``, thread-safe) on ``base_url``."""
         import openai
 
-        if not self.shared:
-            return openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                      timeout=self.timeout_s)
-        if self._async is None:
-            self._async = openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                             timeout=self.timeout_s)
-        return self._async.with_options(base_url=base_url)
-
-    def sync_client(self, base_url: str) -> Any:
-        """An ``openai.OpenAI`` on ``base_url`` (thread-safe to share)."""
-        import openai
-
-        if not self.shared:
-            return openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                 timeout=self.timeout_s)
-        if self._sync is None:
-            self._sync = openai.OpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                       timeout=self.timeout_s)
-        return self._sync.with_options(base_url=base_url)
-
-    async def release(self, client: Any) -> None:
-        """An episode is done with its async client."""
-        if not self.shared:
-            await client.close()
-
-    def release_sync(self, client: Any) -> None:
-        """An episode is done with its sync client."""
-        if not self.shared:
-            client.close()
+        if sync not in self._roots:
+            kind = openai.OpenAI if sync else openai.AsyncOpenAI
+            self._roots[sync] = kind(base_url=base_url, api_key=API_KEY, max_retries=0,
+                                     timeout=self.timeout_s)
+        return self._roots[sync].with_options(base_url=base_url)
 
     async def aclose(self) -> None:
         """Close the shared connections."""
-        if self._async is not None:
-            await self._async.close()
-        if self._sync is not None:
-            self._sync.close()
-        self._async = self._sync = None
+        for sync, root in self._roots.items():
+            if sync:
+                root.close()
+            else:
+                await root.close()
+        self._roots = {}
 
 
 def verifier(reference: str) -> Callable[..., Any]:
