@@ -104,8 +104,8 @@ class LLMAgent:
         self._session = uuid.uuid4().hex
         self.last_generation: Generation | None = None
         """The last turn's generation, exactly as the backend returned it."""
-        self.last_prompt_length = 0
-        """Tokens of the episode before the last turn's generation (its prompt)."""
+        self.last_prompt_ids: list[int] = []
+        """The tokens of the episode before the last turn's generation: its prompt."""
         self.last_text = ""
         """The last turn's text as parsed (its end-of-turn or stop string left out)."""
 
@@ -140,10 +140,11 @@ class LLMAgent:
         seed = None if self.seed is None else self.seed * 100_003 + self._turn
         params = SamplingParams(budget, self.temperature, self.top_p, self.stop_token_ids, seed,
                                 session_id=self._session)
-        gen = await self.backend.generate(list(self._ids), params)
+        prompt = list(self._ids)
+        gen = await self.backend.generate(prompt, params)
         gen, cut_text = self._stopped(gen)
         self.last_generation = gen
-        self.last_prompt_length = len(self._ids)
+        self.last_prompt_ids = prompt
         self._ids += gen.token_ids
         self._mask += [1] * len(gen.token_ids)
         self._logprobs += gen.logprobs

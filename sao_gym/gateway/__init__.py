@@ -15,5 +15,9 @@ per episode, the token sequence the policy really produced:
   starts a new segment;
 - :mod:`~sao_gym.gateway.app`: the aiohttp routes, ``/v1/chat/completions``
   (one-off calls) and ``/episodes/ID/v1/chat/completions`` (an episode's), over
-  a backend and its tokenizer; ``sao-gym serve`` mounts them.
+  a backend and its tokenizer; ``sao-gym serve`` mounts them;
+- :mod:`~sao_gym.gateway.harness`, :mod:`~sao_gym.gateway.tasks`,
+  :mod:`~sao_gym.gateway.rollouts`: the user's agent (a program or a command)
+  run for one episode against a gateway episode, its tasks, and its episodes as
+  rollouts; :mod:`~sao_gym.gateway.workers`: those episodes in worker processes.
 """

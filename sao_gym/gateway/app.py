@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -244,7 +245,7 @@ class Gateway:
             chat = parse_chat_request(body, models=self.models())
         except GatewayError as e:
             return _error(e)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+        head = {"id": f"chatcmpl-{random.getrandbits(96):024x}", "created": int(time.time()),
                 "model": body["model"]}
         task = asyncio.ensure_future(self._complete(episode, chat))
         if not chat.stream:

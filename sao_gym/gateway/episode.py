@@ -113,7 +113,8 @@ class ChatEpisode:
         n = len(self._history)
         if (self._agent is None or request.tools != self._tools
                 or len(request.messages) <= n
-                or [_key(m) for m in request.messages[:n]] != [_key(m) for m in self._history]):
+                or not all(m == h or _key(m) == _key(h)
+                           for m, h in zip(request.messages[:n], self._history, strict=True))):
             return None
         new = request.messages[n:]
         return None if any(m["role"] == "assistant" for m in new) else new
@@ -165,8 +166,7 @@ class ChatEpisode:
             self.calls += 1
             finish = ("length" if gen.finish_reason == "length"
                       else "tool_calls" if reply.get("tool_calls") else "stop")
-            prompt = agent.trajectory().token_ids[:agent.last_prompt_length]
-            return Completion(reply, gen, prompt, finish, len(self._finished))
+            return Completion(reply, gen, agent.last_prompt_ids, finish, len(self._finished))
 
     def trajectory(self) -> Trajectory:
         """The current segment's record (an oracle behind the episode reads its messages)."""

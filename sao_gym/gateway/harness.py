@@ -28,8 +28,9 @@ import json
 import math
 import os
 import signal
+import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,6 +192,29 @@ class OpenAIClients:
         self._roots = {}
 
 
+class DaemonThreads(Executor):
+    """An executor of a daemon thread per call.
+
+    A synchronous harness that hangs (its episode timed out, the run ended)
+    holds no pool's worker and cannot keep the process from exiting.
+    """
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` on a new daemon thread; its future."""
+        future: Future = Future()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # the caller's await raises it
+                future.set_exception(e)
+
+        threading.Thread(target=run, name="harness", daemon=True).start()
+        return future
+
+
 def verifier(reference: str) -> Callable[..., Any]:
     """The verifier ``MODULE:NAME``: ``[async] def reward(task, transcript) -> float``.
 
@@ -203,4 +227,5 @@ def verifier(reference: str) -> Callable[..., Any]:
     return found
 
 
-__all__ = ["API_KEY", "Harness", "HarnessFailed", "OpenAIClients", "as_reward", "verifier"]
+__all__ = ["API_KEY", "DaemonThreads", "Harness", "HarnessFailed", "OpenAIClients", "as_reward",
+           "verifier"]

@@ -16,7 +16,6 @@ it did not.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +88,7 @@ def _messages(value: Any) -> list[Message]:
         if not isinstance(m, dict) or m.get("role") not in (*ROLES, "developer"):
             raise GatewayError(f"{where} must be an object with a role of {list(ROLES)}",
                                param=where)
-        m = copy.deepcopy(m)
+        m = dict(m)  # the body's own: its nested parts are read, never changed
         if m["role"] == "developer":  # OpenAI's newer name of the system role
             m["role"] = "system"
         content = m.get("content")
@@ -126,7 +125,7 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             and isinstance(t["function"].get("name"), str) for t in value):
         raise GatewayError("tools must be a list of function tools "
                            '({"type": "function", "function": {"name": ...}})', param="tools")
-    return copy.deepcopy(value)
+    return list(value)
 
 
 def parse_chat_request(body: Any, *, models: tuple[str, ...]) -> ChatRequest:

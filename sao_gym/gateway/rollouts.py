@@ -30,14 +30,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import threading
 import uuid
-from concurrent.futures import Executor, Future
 from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
 from sao_gym.gateway.episode import ChatEpisode
 from sao_gym.gateway.harness import (
+    DaemonThreads,
     Harness,
     HarnessFailed,
     OpenAIClients,
@@ -45,6 +44,7 @@ from sao_gym.gateway.harness import (
     verifier,
 )
 from sao_gym.gateway.tasks import TaskSource, oracle_task
+from sao_gym.gateway.workers import HarnessWorkers
 from sao_gym.inference.base import SamplesOn
 from sao_gym.inference.oracle import Oracle
 from sao_gym.types import Rollout, StopReason, Trajectory
@@ -69,13 +69,18 @@ class HarnessRollouts(SamplesOn):
         reward: ``MODULE:NAME`` of a verifier (:func:`~sao_gym.gateway.harness.verifier`),
             or None.
         models: names a harness may ask for (the first is the run's).
+        workers: worker processes that run a program harness's episodes
+            (:class:`~sao_gym.gateway.workers.HarnessWorkers`); 0: this process's
+            event loop runs them.
 
     """
 
     def __init__(self, harness: Harness, tasks: TaskSource, backend: Any, tokenizer: Any, *,
                  max_new_tokens: int, max_context_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, reward: str | None = None,
-                 models: tuple[str, ...] = (MODEL, "gpt-4o-mini", "gpt-4o", "gpt-4.1")):
+                 models: tuple[str, ...] = (MODEL, "gpt-4o-mini", "gpt-4o", "gpt-4.1"),
+                 workers: int = 0):
+
         self.harness, self.tasks, self.backend = harness, tasks, backend
         self.tokenizer = tokenizer
         self.gateway = Gateway(backend, tokenizer, models=lambda: models,
@@ -85,6 +90,7 @@ class HarnessRollouts(SamplesOn):
         self._task_list = tasks.load()
         self._threads = DaemonThreads()
         self._clients = OpenAIClients(harness.timeout_s)
+        self._workers = HarnessWorkers(harness, workers) if workers else None
         self._runner: Any = None
         self._url: str | None = None
 
@@ -146,9 +152,10 @@ class HarnessRollouts(SamplesOn):
         failure: str | None = None
         returned: float | None = None
         try:
+            url = f"{base}/episodes/{episode_id}/v1"
             returned = await asyncio.wait_for(
-                self.harness.run(f"{base}/episodes/{episode_id}/v1", task,
-                                 threads=self._threads, clients=self._clients),
+                self._workers.run(url, task) if self._workers is not None
+                else self.harness.run(url, task, threads=self._threads, clients=self._clients),
                 self.harness.timeout_s)
         except TimeoutError:
             failure = f"the harness ran past its {self.harness.timeout_s:g} s"
@@ -207,36 +214,15 @@ class HarnessRollouts(SamplesOn):
                      "sampling_overridden": float(episode.overridden)})
 
     async def aclose(self) -> None:
-        """Stop the gateway and release the backend."""
+        """Stop the harness workers and the gateway; release the backend."""
+        if self._workers is not None:
+            await self._workers.aclose()
         await self._clients.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._url = None, None
         if self.backend is not None:
             await self.backend.aclose()
-
-
-class DaemonThreads(Executor):
-    """An executor of a daemon thread per call.
-
-    A synchronous harness that hangs (its episode timed out, the run ended)
-    holds no pool's worker and cannot keep the process from exiting.
-    """
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future:
-        """Run ``fn(*args, **kwargs)`` on a new daemon thread; its future."""
-        future: Future = Future()
-
-        def run() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as e:  # the caller's await raises it
-                future.set_exception(e)
-
-        threading.Thread(target=run, name="harness", daemon=True).start()
-        return future
 
 
 def _join(segments: list[Trajectory]) -> tuple[Trajectory, list[int]]:

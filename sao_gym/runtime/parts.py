@@ -125,6 +125,8 @@ class HarnessFactory:
     """The :class:`~sao_gym.gateway.tasks.TaskSource`."""
     reward: str | None = None
     """``MODULE:NAME`` of a verifier, or None."""
+    workers: int = 0
+    """Worker processes that run a program harness's episodes (0: the rollouts' own loop)."""
 
     def __call__(self, backend: Any, tokenizer: Any, agent: AgentFactory) -> Any:
         """The :class:`~sao_gym.gateway.rollouts.HarnessRollouts` over ``backend``."""
@@ -135,7 +137,7 @@ class HarnessFactory:
                                max_new_tokens=agent.max_new_tokens,
                                max_context_tokens=agent.max_context_tokens,
                                temperature=agent.temperature, top_p=agent.top_p,
-                               reward=self.reward)
+                               reward=self.reward, workers=self.workers)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,31 @@ async def says_text(client, task):
     return "great"
 
 
+async def reports_pid(client, task):
+    """Prints to standard output (the harness's own log), returns its process id.
+
+    With ``task["die"]`` its process dies instead; with ``task["wait"]`` it waits that
+    many seconds first.
+    """
+    await asyncio.sleep(task.get("wait", 0))
+    if task.get("die"):
+        os._exit(7)
+    print("a harness's log line on standard output")
+    print(json.dumps({"done": 1, "reward": -1}))  # looks like the worker protocol
+    return float(os.getpid())
+
+
+async def waits_for_cancel(client, task):
+    """Waits until cancelled, then leaves a mark at ``task["marker"]``."""
+    from pathlib import Path
+
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        Path(task["marker"]).write_text(str(os.getpid()))
+        raise
+
+
 def final_has_value(task, transcript):
     """A verifier: 1 if the last reply names the task's value."""
     return float(str(task["value"]) in (transcript[-1].get("content") or ""))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from sao_gym.gateway.request import GatewayError, parse_chat_request
@@ -33,14 +35,17 @@ def test_the_supported_fields_are_read():
                               models=("policy", "adapter")).messages == [USER]
 
 
-def test_messages_are_normalised():
-    r = parse_chat_request({"model": "policy", "messages": [
+def test_messages_are_normalised_and_the_body_is_left_as_it_was():
+    messages = [
         {"role": "developer", "content": "rules"},
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
         {"role": "assistant", "content": None, "tool_calls": []},
-    ]}, models=("policy",))
+    ]
+    sent = copy.deepcopy(messages)
+    r = parse_chat_request({"model": "policy", "messages": messages}, models=("policy",))
     assert r.messages == [{"role": "system", "content": "rules"}, {"role": "user", "content": "ab"},
                           {"role": "assistant", "content": None}]
+    assert messages == sent
 
 
 @pytest.mark.parametrize("body, param, code, status", [

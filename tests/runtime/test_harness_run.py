@@ -29,6 +29,7 @@ QUICK = ["--set", "env=sao_gym/KeyChain-v0", "--set", "env_kwargs.hops=2",
 def test_sao_gym_train_trains_a_harness_through_the_gateway(tmp_path):
     run = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "sao_gym.cli", "train", *QUICK,
+                           "--set", "agent.workers=1",  # the harness in a worker process
                            "--out", str(run)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -57,6 +58,11 @@ def test_harness_settings_are_checked_before_the_run(tmp_path):
         load_config(None, ["agent.program=a:b", "agent.command=run-agent"])
     with pytest.raises(ConfigError, match="agent.oracle are for a harness"):
         load_config(None, ["env=sao_gym/KeyChain-v0", "agent.oracle=a:b"])
+    with pytest.raises(ConfigError, match="a command harness is a process of its own"):
+        load_config(None, ["agent.command=run-agent", "agent.workers=2"])
+    with pytest.raises(ConfigError, match="agent.workers must be >= 0"):
+        load_config(None, ["agent.program=a:b", "agent.workers=-1"])
+    assert harness_factory(_config(tmp_path, "agent.workers=3")).workers == 3
     with pytest.raises(SetupError, match="agent.oracle 'no_such:oracle' cannot be imported"):
         check_harness(_config(tmp_path, "warm_start.steps=10", "agent.oracle=no_such:oracle"))
     with pytest.raises(SetupError, match="another prompt format"):

@@ -166,7 +166,7 @@ def harness_factory(config: TrainConfig) -> HarnessFactory | None:
                  else TaskSource(env=require_env(config), env_kwargs=dict(config.env_kwargs)))
     except ValueError as e:
         raise SetupError(str(e)) from None
-    return HarnessFactory(harness, tasks, a.reward)
+    return HarnessFactory(harness, tasks, a.reward, a.workers)
 
 
 def rollout_bytes(config: TrainConfig) -> tuple[int, int | None]:

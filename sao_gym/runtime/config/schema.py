@@ -242,6 +242,9 @@ class AgentConfig:
     (null: the harness's returned or posted reward)."""
     timeout_s: float = 600.0
     """Seconds one harness episode may take (then it is an infrastructure failure)."""
+    workers: int = 0
+    """Worker processes that run a ``program``'s episodes, off the process that samples
+    (:mod:`sao_gym.gateway.workers`); 0: that process's event loop runs them."""
     oracle: str | None = None
     """``MODULE:NAME`` of ``oracle(messages, task) -> text``: it answers the harness's calls
     for the warm start's demonstrations (null: the env's registered oracle, for tasks
@@ -253,9 +256,13 @@ class AgentConfig:
                               "harness: set one")
         if not self.timeout_s > 0:
             raise ConfigError(f"agent.timeout_s must be > 0, got {self.timeout_s}")
+        _at_least(self, 0, "workers")
         if self.harness is None and (self.tasks, self.reward, self.oracle) != (None,) * 3:
             raise ConfigError("agent.tasks, agent.reward and agent.oracle are for a harness: "
                               "set agent.program or agent.command")
+        if self.workers and self.program is None:
+            raise ConfigError("agent.workers runs agent.program's episodes in worker "
+                              "processes; a command harness is a process of its own already")
 
     @property
     def harness(self) -> str | None:
@@ -442,5 +449,6 @@ class TrainConfig:
 
 def _at_least(obj: Any, low: int, *names: str) -> None:
     prefix = {RolloutConfig: "rollout.", WarmStartConfig: "warm_start.", EvalConfig: "eval.",
-              CheckpointConfig: "checkpoint.", RayConfig: "ray."}.get(type(obj), "")
+              CheckpointConfig: "checkpoint.", RayConfig: "ray.",
+              AgentConfig: "agent."}.get(type(obj), "")
     at_least({n: getattr(obj, n) for n in names}, low, prefix=prefix, error=ConfigError)
