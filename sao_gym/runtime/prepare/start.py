@@ -48,6 +48,9 @@ DEMONSTRATIONS = "demonstrations.pkl"
 WARM_START = "warm_start"
 """``RUN_DIR/model/<this>``: the finished warm start's checkpoint."""
 
+WARM_RECORD = "warm_start.json"
+"""``RUN_DIR/model/warm_start/<this>``: how the warm start ended (:func:`warm_start`)."""
+
 
 @dataclass(frozen=True)
 class Start:
@@ -161,8 +164,12 @@ def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, demos: lis
     steps, target = settings.steps, settings.target_success
     every = max(1, steps // 10)
     say(f"warm start: at most {steps} supervised steps on {len(demos)} demonstrations")
+    seen: dict[str, Any] = {}
 
     def report(s: SFTStep) -> None:
+        seen["last"] = s
+        if s.holdout_success is not None:
+            seen["checked"] = s
         if s.step % every == 0 or s.step == steps or s.reached:
             held = ("" if s.holdout_success is None
                     else f", held-out success {s.holdout_sampled:.3f} sampled / "
@@ -181,9 +188,40 @@ def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, demos: lis
 
     path = sft(base, demos, settings, out_dir=out, holdout=holdout or None, callback=report,
                state_dir=state)
+    _write_record(out, settings, seen, len(demos), len(holdout))
     shutil.rmtree(state, ignore_errors=True)
     return path
 
 
-__all__ = ["DEMONSTRATIONS", "WARM_STATE", "WARM_START", "Start", "prepare", "resume",
-           "warm_start"]
+def _write_record(out: Path, settings: SFTSettings, seen: dict[str, Any], demos: int,
+                  holdout: int) -> None:
+    """:data:`WARM_RECORD`: where the warm start stopped and why, what made it.
+
+    Nothing in it depends on the clock, so two warm starts of the same recipe,
+    env and seed on the same machine have the same record (and weights).
+    """
+    import json
+    from importlib.metadata import version
+
+    last, checked = seen.get("last"), seen.get("checked")
+    record = {
+        "stopped_at_step": None if last is None else last.step,
+        "max_steps": settings.steps,
+        "reached_target": bool(last is not None and last.reached),
+        "target": {"metric": settings.target_metric, "success": settings.target_success,
+                   "min_sampled": settings.min_sampled},
+        "last_check": None if checked is None else {
+            "step": checked.step, "sampled": checked.holdout_sampled,
+            "greedy": checked.holdout_greedy},
+        "demonstrations": demos, "holdout_demonstrations": holdout,
+        "settings": dataclasses.asdict(settings),
+        "versions": {name: version(name) for name in ("sao-gym", "torch", "transformers",
+                                                      "tokenizers")},
+    }
+    tmp = out / (WARM_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(out / WARM_RECORD)
+
+
+__all__ = ["DEMONSTRATIONS", "WARM_RECORD", "WARM_STATE", "WARM_START", "Start", "prepare",
+           "resume", "warm_start"]
