@@ -23,6 +23,7 @@ checkpoint, an interrupted one continued, or one that never began prepared again
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import pickle
 import shutil
@@ -50,6 +51,9 @@ WARM_START = "warm_start"
 
 WARM_RECORD = "warm_start.json"
 """``RUN_DIR/model/warm_start/<this>``: how the warm start ended (:func:`warm_start`)."""
+
+PROGRESS = "progress.json"
+"""``RUN_DIR/model/<WARM_STATE>/<this>``: the last held-out check of an unfinished warm start."""
 
 
 @dataclass(frozen=True)
@@ -164,12 +168,18 @@ def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, demos: lis
     steps, target = settings.steps, settings.target_success
     every = max(1, steps // 10)
     say(f"warm start: at most {steps} supervised steps on {len(demos)} demonstrations")
-    seen: dict[str, Any] = {}
+    progress = state / PROGRESS  # the record's inputs, for a warm start resumed at its end
+    seen: dict[str, Any] = ({k: SFTStep(**v) for k, v in json.loads(progress.read_text()).items()}
+                            if progress.exists() else {})
 
     def report(s: SFTStep) -> None:
         seen["last"] = s
         if s.holdout_success is not None:
             seen["checked"] = s
+            state.mkdir(parents=True, exist_ok=True)
+            tmp = progress.with_name(progress.name + ".tmp")
+            tmp.write_text(json.dumps({k: dataclasses.asdict(v) for k, v in seen.items()}))
+            tmp.replace(progress)
         if s.step % every == 0 or s.step == steps or s.reached:
             held = ("" if s.holdout_success is None
                     else f", held-out success {s.holdout_sampled:.3f} sampled / "
@@ -200,7 +210,6 @@ def _write_record(out: Path, settings: SFTSettings, seen: dict[str, Any], demos:
     Nothing in it depends on the clock, so two warm starts of the same recipe,
     env and seed on the same machine have the same record (and weights).
     """
-    import json
     from importlib.metadata import version
 
     last, checked = seen.get("last"), seen.get("checked")

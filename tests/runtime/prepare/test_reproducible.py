@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from sao_gym.learner import sft as sft_module
 from sao_gym.runtime.config.build import train_plan
 from sao_gym.runtime.config.loader import load_config
 from sao_gym.runtime.prepare import start
@@ -25,9 +26,34 @@ RECIPE = ["env=sao_gym/Arithmetic-v0", "model=tiny",
           "lr: 3.0e-3, target_success: 1.0e-5, target_metric: sampled}"]
 
 
+class Interrupted(Exception):
+    """Stands for the process dying."""
+
+
+def _plan(seed: int):
+    return train_plan(load_config(None, [*RECIPE, f"seed={seed}"])).prepare
+
+
 def _start(run: Path, seed: int) -> start.Start:
-    plan = train_plan(load_config(None, [*RECIPE, f"seed={seed}"]))
-    return start.prepare(plan.prepare, run)
+    return start.prepare(_plan(seed), run)
+
+
+def _killed_at_its_stop_then_resumed(run: Path, seed: int, monkeypatch) -> start.Start:
+    """The process dies right after the early stop's state is saved; ``--resume``."""
+    real = sft_module.sft
+
+    def dying(*args, callback, **kw):
+        def report(s):
+            callback(s)
+            if s.reached:
+                raise Interrupted
+        return real(*args, callback=report, **kw)
+
+    monkeypatch.setattr(sft_module, "sft", dying)
+    with pytest.raises(Interrupted):
+        start.prepare(_plan(seed), run)
+    monkeypatch.setattr(sft_module, "sft", real)
+    return start.resume(_plan(seed), run, has_checkpoint=False)
 
 
 def _files(checkpoint: str) -> dict[str, bytes]:
@@ -35,9 +61,10 @@ def _files(checkpoint: str) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-def test_two_warm_starts_of_one_recipe_env_and_seed_are_bit_identical(tmp_path):
-    a, b = _start(tmp_path / "a", 1), _start(tmp_path / "b", 1)
-    assert a.budgets == b.budgets
+def test_two_warm_starts_of_one_recipe_env_and_seed_are_bit_identical(tmp_path, monkeypatch):
+    a = _start(tmp_path / "a", 1)
+    # the other is killed at its early stop and resumed: its record too is the same
+    b = _killed_at_its_stop_then_resumed(tmp_path / "b", 1, monkeypatch)
     files_a, files_b = _files(a.policy), _files(b.policy)
     assert files_a.keys() == files_b.keys() >= {"model.safetensors", "tokenizer.json",
                                                  start.WARM_RECORD}

@@ -164,6 +164,9 @@ def test_train_resume_continues_an_interrupted_warm_start(small_model, tmp_path,
     assert resumed.budgets == prepare_plan(load_config(run / "config.yaml")).budgets
     assert any("interrupted" in line for line in said)
     assert _same(_weights(resumed.policy), _weights(straight))
+    record = (Path(straight) / start.WARM_RECORD).read_text()
+    assert (Path(resumed.policy) / start.WARM_RECORD).read_text() == record
+    assert '"stopped_at_step": 8' in record
     assert not partial.exists()
     # a finished warm start is the start of any later resume, as it is
     assert _resume(run, said.append).policy == resumed.policy
