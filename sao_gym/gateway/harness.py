@@ -215,6 +215,31 @@ class DaemonThreads(Executor):
         return future
 
 
+class LocalHarness:
+    """A harness's episodes on this process's event loop.
+
+    :meth:`run` is :meth:`Harness.run` with a synchronous program on daemon
+    threads (:class:`DaemonThreads`) and every program's client on one
+    connection pool (:class:`OpenAIClients`); the same interface as
+    :class:`~sao_gym.gateway.workers.HarnessWorkers`, which runs them in worker
+    processes (each worker one of these).
+    """
+
+    def __init__(self, harness: Harness):
+        self.harness = harness
+        self._threads = DaemonThreads()
+        self._clients = OpenAIClients(harness.timeout_s)
+
+    async def run(self, base_url: str, task: Mapping[str, Any]) -> float | None:
+        """One episode; its reward (None: none), or :class:`HarnessFailed`."""
+        return await self.harness.run(base_url, task, threads=self._threads,
+                                      clients=self._clients)
+
+    async def aclose(self) -> None:
+        """Close the shared connections."""
+        await self._clients.aclose()
+
+
 def verifier(reference: str) -> Callable[..., Any]:
     """The verifier ``MODULE:NAME``: ``[async] def reward(task, transcript) -> float``.
 
@@ -227,5 +252,5 @@ def verifier(reference: str) -> Callable[..., Any]:
     return found
 
 
-__all__ = ["API_KEY", "DaemonThreads", "Harness", "HarnessFailed", "OpenAIClients", "as_reward",
-           "verifier"]
+__all__ = ["API_KEY", "DaemonThreads", "Harness", "HarnessFailed", "LocalHarness", "OpenAIClients",
+           "as_reward", "verifier"]

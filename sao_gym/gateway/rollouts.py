@@ -35,14 +35,7 @@ from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
 from sao_gym.gateway.episode import ChatEpisode
-from sao_gym.gateway.harness import (
-    DaemonThreads,
-    Harness,
-    HarnessFailed,
-    OpenAIClients,
-    as_reward,
-    verifier,
-)
+from sao_gym.gateway.harness import Harness, HarnessFailed, LocalHarness, as_reward, verifier
 from sao_gym.gateway.tasks import TaskSource, oracle_task
 from sao_gym.gateway.workers import HarnessWorkers
 from sao_gym.inference.base import SamplesOn
@@ -80,7 +73,6 @@ class HarnessRollouts(SamplesOn):
                  top_p: float = 1.0, reward: str | None = None,
                  models: tuple[str, ...] = (MODEL, "gpt-4o-mini", "gpt-4o", "gpt-4.1"),
                  workers: int = 0):
-
         self.harness, self.tasks, self.backend = harness, tasks, backend
         self.tokenizer = tokenizer
         self.gateway = Gateway(backend, tokenizer, models=lambda: models,
@@ -88,9 +80,7 @@ class HarnessRollouts(SamplesOn):
                                max_new_tokens=max_new_tokens, sampling=(temperature, top_p))
         self.verifier = verifier(reward) if reward is not None else None
         self._task_list = tasks.load()
-        self._threads = DaemonThreads()
-        self._clients = OpenAIClients(harness.timeout_s)
-        self._workers = HarnessWorkers(harness, workers) if workers else None
+        self._episodes = HarnessWorkers(harness, workers) if workers else LocalHarness(harness)
         self._runner: Any = None
         self._url: str | None = None
 
@@ -152,10 +142,8 @@ class HarnessRollouts(SamplesOn):
         failure: str | None = None
         returned: float | None = None
         try:
-            url = f"{base}/episodes/{episode_id}/v1"
             returned = await asyncio.wait_for(
-                self._workers.run(url, task) if self._workers is not None
-                else self.harness.run(url, task, threads=self._threads, clients=self._clients),
+                self._episodes.run(f"{base}/episodes/{episode_id}/v1", task),
                 self.harness.timeout_s)
         except TimeoutError:
             failure = f"the harness ran past its {self.harness.timeout_s:g} s"
@@ -215,9 +203,7 @@ class HarnessRollouts(SamplesOn):
 
     async def aclose(self) -> None:
         """Stop the harness workers and the gateway; release the backend."""
-        if self._workers is not None:
-            await self._workers.aclose()
-        await self._clients.aclose()
+        await self._episodes.aclose()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner, self._url = None, None

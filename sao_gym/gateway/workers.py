@@ -8,8 +8,9 @@ building and parsing requests, and a harness that blocks its event loop (a
 tool run synchronously inside ``async def``) stalls every episode.
 
 :class:`HarnessWorkers` runs the episodes in ``processes`` worker processes
-instead, each an event loop of its own with the harness's episodes on it and
-one shared ``openai`` connection pool. Each worker talks to the gateway over
+instead, each an event loop of its own with the harness's episodes on it
+(:class:`~sao_gym.gateway.harness.LocalHarness`: one shared ``openai``
+connection pool). Each worker talks to the gateway over
 HTTP as any harness does; the process that opened the episode only sends
 ``(base_url, task)`` and gets the reward or the failure back. Same contract as
 :meth:`Harness.run <sao_gym.gateway.harness.Harness.run>`:
@@ -40,7 +41,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from sao_gym.gateway.harness import Harness, HarnessFailed
+from sao_gym.gateway.harness import Harness, HarnessFailed, LocalHarness
 
 SYS_PATH = "SAO_GYM_WORKER_SYS_PATH"
 """The environment variable that hands a worker its starter's ``sys.path``."""
@@ -112,8 +113,7 @@ class _Worker:
 
     async def _started(self) -> asyncio.subprocess.Process:
         async with self._starting:
-            if self._proc is None or self._proc.returncode is not None or self._reader is None \
-                    or self._reader.done():
+            if self._reader is None or self._reader.done():  # none yet, or it exited
                 env = {**os.environ, SYS_PATH: json.dumps(sys.path)}
                 self._proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-c", _BOOT.format(var=SYS_PATH), self.harness.program or "",
@@ -209,12 +209,10 @@ def serve(program: str, timeout_s: float) -> None:
 
 
 async def _serve(harness: Harness, out: Any) -> None:
-    from sao_gym.gateway.harness import DaemonThreads, OpenAIClients
-
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    threads, clients = DaemonThreads(), OpenAIClients(harness.timeout_s)
+    local = LocalHarness(harness)
     running: dict[int, asyncio.Task] = {}
 
     def answer(key: int, **result: Any) -> None:
@@ -222,7 +220,7 @@ async def _serve(harness: Harness, out: Any) -> None:
 
     async def episode(key: int, url: str, task: dict[str, Any]) -> None:
         try:
-            answer(key, reward=await harness.run(url, task, threads=threads, clients=clients))
+            answer(key, reward=await local.run(url, task))
         except HarnessFailed as e:
             answer(key, failure=str(e))
         except asyncio.CancelledError:
@@ -244,7 +242,7 @@ async def _serve(harness: Harness, out: Any) -> None:
         for task in list(running.values()):
             task.cancel()
         await asyncio.gather(*running.values(), return_exceptions=True)
-        await clients.aclose()
+        await local.aclose()
 
 
 __all__ = ["HarnessWorkers", "serve"]
