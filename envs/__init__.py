@@ -17,6 +17,7 @@ register(
     "sao_gym/KeyChain-v0",
     "sao_gym.envs.key_chain:KeyChainEnv",
     oracle="sao_gym.envs.key_chain.oracle:key_chain_oracle",
+    difficulty={"hops": [4, 8, 16, 32, 64, 128, 256]},
 )
 register(
     "sao_gym/MathTIR-v0",

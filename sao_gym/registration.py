@@ -22,7 +22,9 @@ An environment's training hooks travel with its registration:
 other task-specific hooks (exporters, graders, task makers). :func:`env_oracle`
 and :func:`env_hook` find them for built-in, ``module:id`` and entry-point ids
 alike, importing a lazy ``"module:fn"`` on first use; :func:`env_ids_with`
-lists the ids that have a hook.
+lists the ids that have a hook. ``difficulty={"knob": [levels...]}`` declares
+a constructor keyword a curriculum raises (:mod:`sao_gym.curriculum`);
+:func:`env_difficulty` finds it.
 
 Finding failures raise Gymnasium's ``UnregisteredEnv`` with one-line
 messages: an unknown id, a module that cannot be imported, a module that
@@ -47,6 +49,7 @@ import gymnasium
 from gymnasium.envs.registration import EnvSpec, load_env_creator, parse_env_id
 
 from sao_gym.core import AgentEnv, AgentWrapper
+from sao_gym.curriculum import Difficulty
 from sao_gym.wrappers import EpisodeStatistics, TokenBudget, TurnLimit, WallClockLimit
 
 logger = logging.getLogger(__name__)
@@ -76,6 +79,7 @@ OPTIONAL_MODULES: dict[str, str] = {
 
 _AGENT_ENV_IDS: set[str] = set()
 _HOOKS: dict[str, dict[str, Any]] = {}
+_DIFFICULTY: dict[str, Difficulty] = {}
 ORACLE = "oracle"
 """The hook name of an env's demonstration policy ``oracle(messages, task) -> str``."""
 _entry_points_loaded = False
@@ -152,6 +156,7 @@ def register(
     kwargs: dict[str, Any] | None = None,
     oracle: str | Callable[..., Any] | None = None,
     hooks: Mapping[str, str | Callable[..., Any]] | None = None,
+    difficulty: Mapping[str, Any] | Difficulty | None = None,
 ) -> None:
     """Register an :class:`AgentEnv` under a versioned id (``namespace/Name-vN``).
 
@@ -164,6 +169,9 @@ def register(
     names (``"harbor"``: the Harbor task exporter; ``"tasks_cli"``: adds the
     env's task makers to ``sao-gym tasks``, ``fn(subparsers)``; ...) to
     callables or ``"module:function"`` strings; :func:`env_hook` finds them.
+    ``difficulty`` maps one constructor keyword to its levels, easiest first
+    (``{"hops": [4, 8, 16, 32]}``): the knob a curriculum raises as success
+    rises (:mod:`sao_gym.curriculum`); :func:`env_difficulty` finds it.
     """
     _, _, version = parse_env_id(id)
     if version is None:
@@ -177,6 +185,7 @@ def register(
         if not (callable(hook) or (isinstance(hook, str) and _is_reference(hook))):
             raise TypeError(f"hook {name!r} of {id!r} must be a callable or a "
                             f"'module:function' string, got {hook!r}")
+    declared = Difficulty.parse(difficulty) if difficulty is not None else None
     gymnasium.register(
         id=id,
         entry_point=entry_point,
@@ -186,6 +195,9 @@ def register(
     )
     _AGENT_ENV_IDS.add(id)
     _HOOKS[id] = named
+    _DIFFICULTY.pop(id, None)
+    if declared is not None:
+        _DIFFICULTY[id] = declared
 
 
 def _is_reference(text: str) -> bool:
@@ -229,6 +241,14 @@ def env_oracle(id: str) -> Callable[..., Any] | None:
     return env_hook(id, ORACLE)
 
 
+def env_difficulty(id: str) -> Difficulty | None:
+    """The difficulty knob ``id`` declared when it registered (``difficulty=``), or None.
+
+    ``id`` may be ``module:id`` or an entry-point id, as for :func:`make`.
+    """
+    return _DIFFICULTY.get(resolve_id(id))
+
+
 def unregister(id: str) -> None:
     """Remove an id registered with :func:`register` (a test's temporary env, say).
 
@@ -238,6 +258,7 @@ def unregister(id: str) -> None:
         raise KeyError(f"{id!r} was not registered with sao_gym.register")
     _AGENT_ENV_IDS.discard(id)
     _HOOKS.pop(id, None)
+    _DIFFICULTY.pop(id, None)
     gymnasium.registry.pop(id, None)
 
 

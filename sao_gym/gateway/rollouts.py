@@ -31,6 +31,7 @@ import asyncio
 import inspect
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from sao_gym.gateway.app import MAX_BODY, Gateway
@@ -102,9 +103,14 @@ class HarnessRollouts(SamplesOn):
                 await runner.cleanup()
         return self._url
 
-    async def play(self, seed: int, sample_seed: int | None = None) -> Rollout:
-        """One harness episode on the task of ``seed`` (module docs); never raises for it."""
-        return await self._episode(seed, sample_seed)
+    async def play(self, seed: int, sample_seed: int | None = None,
+                   env_kwargs: Mapping[str, Any] | None = None) -> Rollout:
+        """One harness episode on the task of ``seed`` (module docs); never raises for it.
+
+        ``env_kwargs`` override the options of an env's task (a curriculum's level);
+        tasks from a file have none, and raise ``ValueError``.
+        """
+        return await self._episode(seed, sample_seed, env_kwargs=env_kwargs)
 
     async def demonstrate(self, seed: int, oracle: Oracle, *, template_format: bool = False
                           ) -> Rollout:
@@ -132,8 +138,14 @@ class HarnessRollouts(SamplesOn):
         return rollout
 
     async def _episode(self, seed: int, sample_seed: int | None, *, backend: Any = None,
-                       turns: Any = None) -> Rollout:
+                       turns: Any = None, env_kwargs: Mapping[str, Any] | None = None
+                       ) -> Rollout:
         task_id, task = self.tasks.task(seed, self._task_list)
+        if env_kwargs:
+            if "env_kwargs" not in task:
+                raise ValueError("env options (a curriculum's level) apply to an env's tasks, "
+                                 "not to tasks from a file")
+            task = {**task, "env_kwargs": {**task["env_kwargs"], **env_kwargs}}
         episode_id = uuid.uuid4().hex
         base = await self.url()
         opened = self.gateway.new_episode(episode_id, seed=sample_seed, backend=backend)

@@ -37,6 +37,7 @@ repeats the run's own evaluation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import json
 import logging
@@ -140,6 +141,12 @@ def train(plan: TrainPlan, run_dir: str | Path, *, resume: bool = False,
     else:
         begin = start.prepare(plan.prepare, run_dir, save=save, say=say)
     plan, policy = plan.fitted(begin.budgets), begin.policy
+    plan = dataclasses.replace(plan, parts=plan.parts.starting_at(begin.level))
+    if plan.parts.curriculum is not None:
+        c = plan.parts.curriculum
+        say(f"curriculum: {c.knob} {' -> '.join(map(str, c.levels))}; RL begins at "
+            f"{c.knob}={c.level!r} and moves up once {c.promote_at:.0%} of the last {c.window} "
+            f"episodes at a level succeed (evaluation plays {c.knob}={c.levels[-1]!r})")
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
     episodes = plan.eval.episodes
     if episodes and not (run_dir / "eval_before.json").exists():

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sao_gym.curriculum import Curriculum
 from sao_gym.inference.base import SamplesOn
 from sao_gym.learner.config import LearnerConfig
 
@@ -99,16 +100,20 @@ class Rollouts(SamplesOn):
     def __init__(self, make_env: EnvFactory, backend: Any, make_agent: Callable[..., Any]):
         self.make_env, self.backend, self.make_agent = make_env, backend, make_agent
 
-    async def play(self, seed: int, sample_seed: int | None = None) -> Any:
+    async def play(self, seed: int, sample_seed: int | None = None,
+                   env_kwargs: Mapping[str, Any] | None = None) -> Any:
         """One episode on the task of ``seed``.
 
-        Its agent samples with ``sample_seed`` (None: the backend's shared stream).
+        Its agent samples with ``sample_seed`` (None: the backend's shared stream);
+        ``env_kwargs`` override the env's constructor options (a curriculum's level).
         """
         from sao_gym.rollout import play_episode
 
         make_agent = (self.make_agent if sample_seed is None
                       else functools.partial(self.make_agent, seed=sample_seed))
-        return await play_episode(self.make_env, make_agent, seed=seed)
+        make_env = (self.make_env if not env_kwargs else dataclasses.replace(
+            self.make_env, kwargs={**self.make_env.kwargs, **env_kwargs}))
+        return await play_episode(make_env, make_agent, seed=seed)
 
     async def aclose(self) -> None:
         """Release the backend (and any servers it started)."""
@@ -216,10 +221,12 @@ class SourceFactory:
     max_infra_retries: int = 3
 
     def __call__(self, play: Any, *, concurrency: int, seed: int, version: int,
-                 max_versions_per_step: int, sample_seed: int = 0) -> Any:
+                 max_versions_per_step: int, sample_seed: int = 0,
+                 difficulty: Callable[[], Any] | None = None) -> Any:
         """The source over ``play`` (an episode per seed), from task ``seed`` on.
 
-        Its episodes' sampling seeds mix in ``sample_seed`` (the run's seed).
+        Its episodes' sampling seeds mix in ``sample_seed`` (the run's seed);
+        ``difficulty``: a curriculum's ``current`` (each group's level).
         """
         from sao_gym.runtime.loop.source import RolloutSource
 
@@ -227,7 +234,7 @@ class SourceFactory:
                              concurrency=concurrency, max_staleness=self.max_staleness,
                              max_versions_per_step=max_versions_per_step,
                              max_infra_retries=self.max_infra_retries, seed=seed,
-                             sample_seed=sample_seed, version=version)
+                             sample_seed=sample_seed, version=version, difficulty=difficulty)
 
 
 @dataclass(frozen=True)
@@ -299,6 +306,32 @@ class RunParts:
     """``runtime: ray``: episodes each rollout worker runs at once."""
     recorder: RecorderFactory | None = None
     """What the run keeps of its training rollouts (None: nothing)."""
+    curriculum: Curriculum | None = None
+    """The run's difficulty curriculum at its first level (None: none): a template,
+    :meth:`climb` gives each placement its own."""
+
+    def climb(self, checkpoint: str | Path | None = None) -> Curriculum | None:
+        """A fresh copy of :attr:`curriculum`, at ``checkpoint``'s level when it has one."""
+        if self.curriculum is None:
+            return None
+        fresh = dataclasses.replace(self.curriculum)
+        if checkpoint is not None:
+            from sao_gym.runtime.loop.checkpoint import CheckpointManager
+
+            state = CheckpointManager.trainer_state(checkpoint).get("curriculum")
+            if state is not None:
+                fresh.load_state_dict(state)
+        return fresh
+
+    def starting_at(self, level: int) -> RunParts:
+        """These parts with the curriculum starting at ladder index ``level``.
+
+        ``level``: where the warm start ended. Unchanged without a curriculum.
+        """
+        if self.curriculum is None:
+            return self
+        return dataclasses.replace(self, curriculum=dataclasses.replace(
+            self.curriculum, index=min(level, len(self.curriculum.levels) - 1)))
 
 
 __all__ = ["AgentFactory", "EnvFactory", "HarnessFactory", "LearnerFactory", "RecorderFactory",

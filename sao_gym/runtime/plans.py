@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sao_gym.curriculum import Curriculum
 from sao_gym.learner.config import SFTSettings
 from sao_gym.runtime.parts import EnvFactory, RolloutFactory, RunParts
 
@@ -139,6 +140,8 @@ class PreparePlan:
     ``budgets.label_smoothing`` is None)."""
     no_warm_start: str = ""
     """Why the run starts from the raw model, in words (empty with a warm start)."""
+    curriculum: Curriculum | None = None
+    """The run's difficulty ladder (None: none): the warm start climbs it level by level."""
 
 
 @dataclass(frozen=True)

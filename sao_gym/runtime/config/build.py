@@ -27,6 +27,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from sao_gym.curriculum import Curriculum
 from sao_gym.learner.config import SFTSettings
 from sao_gym.runtime.config.schema import RUNTIMES, ConfigError, TrainConfig
 from sao_gym.runtime.parts import (
@@ -90,6 +91,49 @@ def require_env(config: TrainConfig) -> str:
         raise SetupError("no environment: set env=ID in the config or --set env=ID "
                          "(module:ID for an env your own module registers)")
     return config.env
+
+
+def curriculum(config: TrainConfig) -> Curriculum | None:
+    """The run's :class:`~sao_gym.curriculum.Curriculum` at its first level; None without one.
+
+    The knob and levels are the ``curriculum`` section's, else the env's
+    declared ones (``register(..., difficulty=...)``); the ladder ends at the
+    run's own value of the knob. None when the section is null, when the env
+    declares no knob, or when the ladder has one level.
+    """
+    import gymnasium
+
+    from sao_gym.curriculum import Curriculum, Difficulty, knob_value, ladder
+    from sao_gym.registration import env_difficulty, resolve_id
+
+    c = config.curriculum
+    if c is None:
+        return None
+    if config.agent.harness is not None and config.agent.tasks is not None:
+        raise SetupError("curriculum: a harness's tasks from a file (agent.tasks) have no "
+                         "env options to raise; a curriculum needs the env's own tasks")
+    env_id = resolve_id(require_env(config))
+    declared = env_difficulty(env_id)
+    try:
+        if c.knob is not None:
+            levels = c.levels if c.levels is not None else (
+                declared.levels if declared is not None and declared.knob == c.knob else [])
+            declared = Difficulty(c.knob, tuple(levels))
+        if declared is None:
+            return None
+        spec = gymnasium.spec(env_id)
+        entry = spec.entry_point
+        if isinstance(entry, str):
+            from gymnasium.envs.registration import load_env_creator
+
+            entry = load_env_creator(entry)
+        target = knob_value(entry, {**spec.kwargs, **config.env_kwargs}, declared.knob)
+        climb = ladder(declared, target)
+    except ValueError as e:
+        raise SetupError(f"curriculum: {e}") from None
+    if len(climb) < 2:
+        return None
+    return Curriculum(declared.knob, climb, promote_at=c.promote_at, window=c.window)
 
 
 def learner_factory(config: TrainConfig) -> LearnerFactory:
@@ -200,7 +244,7 @@ def run_parts(config: TrainConfig, *, batch_invariant: bool | None = None) -> Ru
         checkpoint_every=config.checkpoint.every, checkpoint_keep=config.checkpoint.keep,
         ray=config.ray if config.runtime == "ray" else None,
         episodes_per_worker=config.episodes_per_worker,
-        recorder=recorder_factory(config))
+        recorder=recorder_factory(config), curriculum=curriculum(config))
 
 
 # ---------------------------------------------------------------------------
@@ -301,7 +345,7 @@ def prepare_plan(config: TrainConfig) -> PreparePlan:
                        turn_limit=turn_limit(config),
                        budgets=budgets(config, warm_start=demos is not None),
                        demonstrations=demos, sft=sft_settings(config) if demos else None,
-                       no_warm_start=why)
+                       no_warm_start=why, curriculum=curriculum(config))
 
 
 def eval_plan(config: TrainConfig, *, episodes: int | None = None, seed: int = EVAL_SEED

@@ -3,7 +3,8 @@
 A config file is YAML whose top level holds the run's identity
 (``algorithm, mode, runtime, env, env_kwargs, model, total_steps, seed``) and
 one mapping per component: ``rollout``, ``inference``, ``ray``, ``learner``,
-``warm_start`` (``null``: none), ``agent``, ``eval``, ``checkpoint``, ``logging``.
+``warm_start`` (``null``: none), ``curriculum`` (``null``: none), ``agent``, ``eval``,
+``checkpoint``, ``logging``.
 ``--set key=value`` overrides use dotted keys (``rollout.batch_size=8``,
 ``learner.lr=1e-4``). Unset keys take the library defaults, which are the
 paper's where it states them; a recipe (``sao_gym/recipes/*.yaml``, e.g.
@@ -221,6 +222,40 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class CurriculumConfig:
+    """A difficulty curriculum: the env's declared knob raised as success rises.
+
+    The env declares the knob when it registers (``sao_gym.register(...,
+    difficulty={"hops": [4, 8, 16, ...]})``); the run climbs the declared
+    levels below its own value (``env_kwargs``), then trains at that value
+    (:mod:`sao_gym.curriculum`). An env that declares none trains at its one
+    level, as without this section.
+    """
+
+    promote_at: float = 0.5
+    """RL moves up a level once the training success over ``window`` episodes at the
+    current level reaches this. (The warm start moves up once its held-out check
+    passes the warm start's own target.)"""
+    window: int = 64
+    """Episodes at the current level the training success is taken over."""
+    knob: str | None = None
+    """Another constructor keyword than the declared one (null: the declared knob)."""
+    levels: list[Any] | None = None
+    """The ladder's levels below the run's value, easiest first (null: the declared ones)."""
+
+    def __post_init__(self) -> None:
+        _at_least(self, 1, "window")
+        if not 0 < self.promote_at <= 1:
+            raise ConfigError(f"curriculum.promote_at must be in (0, 1], got {self.promote_at}")
+        if self.levels is not None and (not isinstance(self.levels, list) or not self.levels):
+            raise ConfigError(f"curriculum.levels must be a non-empty list or null, got "
+                              f"{self.levels!r}")
+        if self.levels is not None and self.knob is None:
+            raise ConfigError("curriculum.levels needs curriculum.knob: the constructor "
+                              "keyword the levels are values of")
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """The agent: the package's own (``LLMAgent``), or a harness of yours behind the gateway.
 
@@ -385,6 +420,8 @@ class TrainConfig:
     """Learner hyperparameters (the paper's by default; see docs/learner.md)."""
     warm_start: WarmStartConfig | None = None
     """Supervised warm start before RL (null: none)."""
+    curriculum: CurriculumConfig | None = None
+    """A difficulty curriculum over the env's declared knob (null: none)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """The agent (default: the package's own; a harness of yours with ``agent.program``)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -450,5 +487,5 @@ class TrainConfig:
 def _at_least(obj: Any, low: int, *names: str) -> None:
     prefix = {RolloutConfig: "rollout.", WarmStartConfig: "warm_start.", EvalConfig: "eval.",
               CheckpointConfig: "checkpoint.", RayConfig: "ray.",
-              AgentConfig: "agent."}.get(type(obj), "")
+              AgentConfig: "agent.", CurriculumConfig: "curriculum."}.get(type(obj), "")
     at_least({n: getattr(obj, n) for n in names}, low, prefix=prefix, error=ConfigError)

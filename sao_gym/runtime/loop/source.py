@@ -47,6 +47,11 @@ raises :class:`RolloutsFailing` instead of retrying forever.
 resets with that seed, hence the same task); the seed is also its
 ``Rollout.group_id``. :meth:`state_dict` is the resume cursor.
 
+**Difficulty.** With a curriculum (``difficulty``: its ``current()``), each
+group is admitted at the curriculum's level then: its members (and retries)
+play with that level's env options, and each rollout records the level's
+index in ``metrics["curriculum_level"]`` (:mod:`sao_gym.curriculum`).
+
 **Sampling seeds.** Each episode samples with its own seed,
 :func:`episode_seed` of (``sample_seed``, task seed, member, attempt): the
 members of a group sample differently, a retry differently from the failed
@@ -62,9 +67,11 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from sao_gym.curriculum import LEVEL_METRIC
 from sao_gym.types import Rollout
 from sao_gym.utils.seeds import mixed_seed
 
@@ -77,9 +84,10 @@ class RolloutsFailing(RuntimeError):
     """Every recent episode failed; training cannot go on (the message says how)."""
 
 
-PlayFn = Callable[[int, int], Awaitable[Rollout]]
-"""``play(seed, sample_seed) -> Rollout``: one whole episode on the task of ``seed``,
-its agent sampling with ``sample_seed``; errors as data."""
+PlayFn = Callable[..., Awaitable[Rollout]]
+"""``play(seed, sample_seed[, env_kwargs]) -> Rollout``: one whole episode on the task of
+``seed``, its agent sampling with ``sample_seed`` (``env_kwargs``: a curriculum level's
+env options, passed only with a curriculum); errors as data."""
 
 
 episode_seed = mixed_seed
@@ -108,6 +116,8 @@ class _Group:
     members: list[Rollout | None]
     attempts: list[int]
     running: dict[int, asyncio.Task] = field(default_factory=dict)
+    level: tuple[int, Mapping[str, Any]] | None = None
+    """The curriculum level it was admitted at: (index, env options)."""
 
     @property
     def ready(self) -> bool:
@@ -132,20 +142,23 @@ class RolloutSource:
         version: the policy version now (nonzero on resume).
         max_failures_in_a_row: consecutive infra failures that end the run
             (default: ``max(16, 2 * concurrency)``).
+        difficulty: ``() -> (level index, env options)``, a curriculum's
+            ``current``, read as each group is admitted (None: no curriculum).
 
     """
 
     def __init__(self, play: PlayFn, *, batch_size: int, group_size: int = 1,
                  concurrency: int, max_staleness: int, max_versions_per_step: int = 1,
                  max_infra_retries: int = 3, seed: int = 0, sample_seed: int = 0,
-                 version: int = 0, max_failures_in_a_row: int | None = None):
+                 version: int = 0, max_failures_in_a_row: int | None = None,
+                 difficulty: Callable[[], tuple[int, Mapping[str, Any]]] | None = None):
         if batch_size < 1 or group_size < 1 or batch_size % group_size:
             raise ValueError(f"batch_size ({batch_size}) must be a positive multiple of "
                              f"group_size ({group_size})")
         if concurrency < 1 or max_staleness < 0 or max_versions_per_step < 1:
             raise ValueError("concurrency and max_versions_per_step must be >= 1, "
                              "max_staleness >= 0")
-        self.play = play
+        self.play, self.difficulty = play, difficulty
         self.batch_size, self.group_size = batch_size, group_size
         self.groups_per_batch = batch_size // group_size
         self.concurrency = concurrency
@@ -272,7 +285,8 @@ class RolloutSource:
     def _take(self) -> tuple[_Group, int] | None:
         if not self._work and self._admissible():
             g = _Group(self._next_seed, self.version, [None] * self.group_size,
-                       [0] * self.group_size)
+                       [0] * self.group_size,
+                       level=self.difficulty() if self.difficulty is not None else None)
             self._next_seed += 1
             self._open[g.seed] = g
             self._work.extend((g, m) for m in range(self.group_size))
@@ -286,7 +300,9 @@ class RolloutSource:
                 group, member = self._take()  # type: ignore[misc]
                 sample_seed = episode_seed(self.sample_seed, group.seed, member,
                                            group.attempts[member])
-                task = asyncio.ensure_future(self.play(group.seed, sample_seed))
+                task = asyncio.ensure_future(
+                    self.play(group.seed, sample_seed) if group.level is None
+                    else self.play(group.seed, sample_seed, dict(group.level[1])))
                 group.running[member] = task
             await asyncio.wait([task])
             async with self._changed:
@@ -301,7 +317,10 @@ class RolloutSource:
         if task.exception() is not None:
             logger.error("episode on seed %d raised", group.seed, exc_info=task.exception())
         if rollout is not None and not rollout.infra_failure:
-            group.members[member] = dataclasses.replace(rollout, group_id=group.seed)
+            metrics = (rollout.metrics if group.level is None
+                       else {**rollout.metrics, LEVEL_METRIC: float(group.level[0])})
+            group.members[member] = dataclasses.replace(rollout, group_id=group.seed,
+                                                        metrics=metrics)
             self._failures_in_a_row = 0
             return
         self.counters.infra_failures += 1

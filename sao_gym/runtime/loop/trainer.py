@@ -139,14 +139,18 @@ class Trainer:
             learner's weights (:class:`~sao_gym.runtime.loop.probe.SamplerCheck`).
         recorder: keeps a traced sample of each batch and the infra failures
             (:class:`~sao_gym.runtime.loop.recorder.RolloutRecorder`); None: nothing kept.
+        curriculum: the run's :class:`~sao_gym.curriculum.Curriculum` (the source
+            admits episodes at its level); each batch is counted towards it, and its
+            state is kept in checkpoints. None: none.
 
     """
 
     def __init__(self, *, source: RolloutSource, learner: TrainableLearner, backend: Any,
                  sink: Sink, checkpoints: Checkpointer | None, total_steps: int,
                  checkpoint_every: int = 0, publish_first: bool = False,
-                 sampler_check: Any = None, recorder: Any = None):
+                 sampler_check: Any = None, recorder: Any = None, curriculum: Any = None):
         self.source, self.learner, self.backend = source, learner, backend
+        self.curriculum = curriculum
         self.recorder = recorder
         self.publish_first, self.sampler_check = publish_first, sampler_check
         self.sink, self.checkpoints = sink, checkpoints
@@ -242,6 +246,12 @@ class Trainer:
         metrics.update(stats)
         metrics.update(self._rates(time.monotonic()))
         metrics.update(backend_counters(self.backend))
+        if self.curriculum is not None:
+            if self.curriculum.observe(trainable):
+                logger.info("step %d: the curriculum moves up to %s=%r (level %d of %d)", step,
+                            self.curriculum.knob, self.curriculum.level,
+                            self.curriculum.index + 1, len(self.curriculum.levels))
+            metrics.update(self.curriculum.metrics())
         metrics.update({
             "policy_version": float(version),
             "rollout/infra_failures": float(counters.infra_failures),
@@ -281,8 +291,10 @@ class Trainer:
         if self.checkpoints is None:
             return
         step = self.learner.steps_done
-        self.last_checkpoint = self.checkpoints.save(step, self.learner,
-                                                     self.source.state_dict())
+        state: dict[str, Any] = dict(self.source.state_dict())
+        if self.curriculum is not None:
+            state["curriculum"] = self.curriculum.state_dict()
+        self.last_checkpoint = self.checkpoints.save(step, self.learner, state)
         self._checkpointed_step = step
 
     # ----- signals -----

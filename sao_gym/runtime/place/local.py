@@ -48,10 +48,12 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
     rollouts = parts.rollouts(serve,
                               tokenizer_path=policy_path, version=learner.policy_version,
                               seed=parts.seed + learner.steps_done, run_dir=run_dir)
+    curriculum = parts.climb(latest)
     source = parts.source(rollouts.play, concurrency=parts.concurrency, seed=next_seed,
                           version=learner.policy_version,
                           max_versions_per_step=learner.max_versions_per_step,
-                          sample_seed=parts.seed)
+                          sample_seed=parts.seed,
+                          difficulty=curriculum.current if curriculum is not None else None)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=rollouts, sink=sink,
                    checkpoints=checkpoints, total_steps=parts.total_steps,
@@ -59,4 +61,4 @@ def local_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
                    sampler_check=SamplerCheck(lora.check_tolerance, parts.learner.temperature)
                    if lora is not None else None,
                    recorder=parts.recorder(run_dir, tokenizer_path=policy_path)
-                   if parts.recorder is not None else None)
+                   if parts.recorder is not None else None, curriculum=curriculum)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sao_gym.curriculum import Curriculum
 from sao_gym.learner.config import SFTSettings
 from sao_gym.runtime.plans import Budgets, PreparePlan
 from sao_gym.runtime.prepare.demonstrations import Demonstrations
@@ -58,12 +59,29 @@ PROGRESS = "progress.json"
 
 @dataclass(frozen=True)
 class Start:
-    """Where a run starts: its checkpoint and its (fitted) budgets."""
+    """Where a run starts: its checkpoint, its (fitted) budgets and its curriculum level."""
 
     policy: str
     """The starting checkpoint (after any warm start)."""
     budgets: Budgets
     """Every budget set (:attr:`Budgets.complete`)."""
+    level: int = 0
+    """The curriculum level (ladder index) the warm start ended at: where RL begins."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One level of a warm start: its demonstrations and held-out rewarded ones."""
+
+    demos: list[Any]
+    holdout: list[Any]
+    level: str = ""
+    """The level in words (``hops=8``; empty without a curriculum)."""
+
+    @property
+    def at(self) -> str:
+        """`` at hops=8`` (empty without a curriculum), for the run's output."""
+        return f" at {self.level}" if self.level else ""
 
 
 def prepare(plan: PreparePlan, run_dir: str | Path, *,
@@ -87,28 +105,33 @@ def prepare(plan: PreparePlan, run_dir: str | Path, *,
     tokenizer = AutoTokenizer.from_pretrained(policy)
     positions = getattr(AutoConfig.from_pretrained(policy), "max_position_embeddings", None)
     budgets = plan.budgets
-    train_demos: list[Any] = []
-    holdout: list[Any] = []
+    stages: list[Stage] = []
     if demos is not None:
         started = time.monotonic()
-        train_demos, holdout = demos.collect(tokenizer, budgets={
-            "max_new_tokens": budgets.max_new_tokens or COLLECT_NEW_TOKENS,
-            "max_context_tokens": budgets.max_context_tokens or positions})
-        rewards = [d.reward for d in train_demos]
-        say(f"collected {len(train_demos)} demonstrations (+{len(holdout)} held out), mean "
-            f"reward {sum(rewards) / len(rewards):.2f} ({time.monotonic() - started:.0f} s)")
-    budgets, lines = fit_budgets(budgets, train_demos + holdout, turn_limit=plan.turn_limit,
+        for index, level_demos in enumerate(_levels(demos, plan.curriculum)):
+            train, holdout = level_demos.collect(tokenizer, budgets={
+                "max_new_tokens": budgets.max_new_tokens or COLLECT_NEW_TOKENS,
+                "max_context_tokens": budgets.max_context_tokens or positions})
+            stages.append(Stage(train, [d for d in holdout if d.reward > 0],
+                                _level_name(plan.curriculum, index)))
+            rewards = [d.reward for d in train]
+            say(f"collected {len(train)} demonstrations{stages[-1].at} (+{len(holdout)} held "
+                f"out), mean reward {sum(rewards) / len(rewards):.2f} "
+                f"({time.monotonic() - started:.0f} s)")
+    every = [d for stage in stages for d in stage.demos + stage.holdout]
+    budgets, lines = fit_budgets(budgets, every, turn_limit=plan.turn_limit,
                                  model_positions=positions)
-    budgets, more = fit_label_smoothing(budgets, train_demos)
+    budgets, more = fit_label_smoothing(budgets, stages[-1].demos if stages else [])
     for line in lines + more:
         say(line)
     save(budgets)
+    level = 0
     if demos is not None and plan.sft is not None:
-        rewarded = [d for d in holdout if d.reward > 0]
-        _keep_demonstrations(run_dir, train_demos, rewarded)
+        _keep_demonstrations(run_dir, stages)
         settings = dataclasses.replace(plan.sft, label_smoothing=budgets.label_smoothing)
-        policy = warm_start(settings, policy, run_dir, train_demos, rewarded, say=say)
-    return Start(policy, budgets)
+        policy, level = warm_start(settings, policy, run_dir, stages, say=say,
+                                   curriculum=plan.curriculum)
+    return Start(policy, budgets, level)
 
 
 def resume(plan: PreparePlan, run_dir: str | Path, *, has_checkpoint: bool,
@@ -124,87 +147,160 @@ def resume(plan: PreparePlan, run_dir: str | Path, *, has_checkpoint: bool,
     run_dir = Path(run_dir)
     warm = run_dir / "model" / WARM_START
     if (warm / "config.json").exists():
-        return Start(str(warm), plan.budgets)
+        return Start(str(warm), plan.budgets, reached_level(warm))
     kept = run_dir / "model" / WARM_STATE / DEMONSTRATIONS
     if kept.exists() and plan.sft is not None:
-        inputs = pickle.loads(kept.read_bytes())
+        stages = pickle.loads(kept.read_bytes())
         say("the warm start was interrupted: continuing it")
-        return Start(warm_start(plan.sft, base_policy(plan.model, run_dir), run_dir,
-                                inputs["demos"], inputs["holdout"], say=say), plan.budgets)
+        policy, level = warm_start(plan.sft, base_policy(plan.model, run_dir), run_dir, stages,
+                                   say=say, curriculum=plan.curriculum)
+        return Start(policy, plan.budgets, level)
     if plan.demonstrations is not None and plan.sft is not None and not has_checkpoint:
         say("the run stopped before its warm start began: preparing it again")
         return prepare(plan, run_dir, save=save, say=say)
     return Start(base_policy(plan.model, run_dir), plan.budgets)
 
 
-def _keep_demonstrations(run_dir: Path, demos: list[Any], holdout: list[Any]) -> None:
+def reached_level(warm: str | Path) -> int:
+    """The curriculum level (ladder index) a finished warm start ended at (0 without one)."""
+    record = Path(warm) / WARM_RECORD
+    if not record.exists():
+        return 0
+    climbed = json.loads(record.read_text()).get("curriculum")
+    return int(climbed["level"]) if climbed else 0
+
+
+def _levels(demos: Demonstrations, curriculum: Curriculum | None) -> list[Demonstrations]:
+    """The demonstrations of each level of ``curriculum``'s ladder (just ``demos`` without)."""
+    if curriculum is None:
+        return [demos]
+    plan = demos.plan
+    return [Demonstrations(dataclasses.replace(plan, env=dataclasses.replace(
+        plan.env, kwargs={**plan.env.kwargs, **curriculum.kwargs(i)})))
+        for i in range(len(curriculum.levels))]
+
+
+def _level_name(curriculum: Curriculum | None, index: int) -> str:
+    return "" if curriculum is None else f"{curriculum.knob}={curriculum.levels[index]!r}"
+
+
+def _keep_demonstrations(run_dir: Path, stages: list[Stage]) -> None:
     """The warm start's inputs, so that an interrupted one continues on the same data."""
     state = run_dir / "model" / WARM_STATE
     state.mkdir(parents=True, exist_ok=True)
     tmp = state / (DEMONSTRATIONS + ".tmp")
-    tmp.write_bytes(pickle.dumps({"demos": demos, "holdout": holdout}))
+    tmp.write_bytes(pickle.dumps(stages))
     tmp.replace(state / DEMONSTRATIONS)
 
 
-def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, demos: list[Any],
-               holdout: list[Any], *, say: Callable[[str], None] = logger.info) -> str:
-    """Supervised warm start of ``base`` on ``demos``; returns the new checkpoint.
+def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, stages: list[Stage], *,
+               say: Callable[[str], None] = logger.info,
+               curriculum: Curriculum | None = None) -> tuple[str, int]:
+    """Supervised warm start of ``base``, stage by stage; ``(new checkpoint, last stage)``.
 
-    With ``settings.target_success`` it stops once the held-out estimate
-    (``holdout``: rewarded demonstrations of other tasks; without any, every
-    step runs) reaches it. Its state is kept in ``RUN_DIR/model/`` (:data:`WARM_STATE`)
-    until it finishes, so an interrupted one continues. Progress (loss, token
-    accuracy) goes to ``say`` every tenth of the steps.
+    ``stages``: one per curriculum level (one without a curriculum), each its
+    training demonstrations and held-out rewarded ones. Each stage trains on
+    its own demonstrations from the last stage's weights until its held-out
+    check reaches ``settings.target_success`` (and ``min_sampled``), then the
+    next begins; ``settings.steps`` bounds all of them together, and the
+    stage it ends in is where RL begins. Without held-out demonstrations a
+    stage runs every step left. Its state is kept in ``RUN_DIR/model/``
+    (:data:`WARM_STATE`) until it finishes, so an interrupted one continues
+    in the stage it was in. Progress (loss, token accuracy) goes to ``say``
+    every tenth of the steps.
     """
-    from sao_gym.learner.sft import SFTStep, sft
-
     out = Path(run_dir) / "model" / WARM_START
     state = Path(run_dir) / "model" / WARM_STATE
     if (out / "config.json").exists():
         shutil.rmtree(state, ignore_errors=True)
-        return str(out)
-    if not holdout:
+        return str(out), reached_level(out)
+    say(f"warm start: at most {settings.steps} supervised steps on "
+        f"{sum(len(st.demos) for st in stages)} demonstrations"
+        + (f", level by level ({', '.join(st.level for st in stages)})" if len(stages) > 1
+           else ""))
+    progress = state / PROGRESS  # the record's inputs, for a warm start resumed at its end
+    done: list[dict[str, Any]] = (json.loads(progress.read_text()).get("stages", [])
+                                  if progress.exists() else [])
+    policy, used = base, sum(d["steps"] for d in done)
+    for index, stage in enumerate(stages):
+        last = index == len(stages) - 1
+        target = out if last else state / f"level_{index}.model"
+        if index < len(done):
+            policy = str(target)
+            continue
+        left = settings.steps - used
+        seen = _stage(dataclasses.replace(settings, steps=left), policy, target, stage,
+                      state / f"level_{index}", progress, done, say)
+        last_step = seen["last"].step if "last" in seen else 0
+        reached = bool("last" in seen and seen["last"].reached)
+        checked = seen.get("checked")
+        done.append({"level": stage.level, "steps": last_step, "reached": reached,
+                     "last_check": None if checked is None else {
+                         "step": checked.step, "sampled": checked.holdout_sampled,
+                         "greedy": checked.holdout_greedy}})
+        _write_progress(progress, {"stages": done})
+        used += last_step
+        policy = str(target)
+        if last or not reached or used >= settings.steps:
+            if not last:  # RL begins at this level, from these weights
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.copytree(target, out)
+            break
+    _write_record(out, settings, done, stages, curriculum)
+    shutil.rmtree(state, ignore_errors=True)
+    return str(out), len(done) - 1
+
+
+def _stage(settings: SFTSettings, base: str, out: Path, stage: Stage, state: Path,
+           progress: Path, done: list[dict[str, Any]],
+           say: Callable[[str], None]) -> dict[str, Any]:
+    """One level's :func:`~sao_gym.learner.sft.sft` to ``out``; its last and last checked steps."""
+    from sao_gym.learner.sft import SFTStep, sft
+
+    if not stage.holdout:
         settings = dataclasses.replace(settings, target_success=None)
     steps, target = settings.steps, settings.target_success
     every = max(1, steps // 10)
-    say(f"warm start: at most {steps} supervised steps on {len(demos)} demonstrations")
-    progress = state / PROGRESS  # the record's inputs, for a warm start resumed at its end
-    seen: dict[str, Any] = ({k: SFTStep(**v) for k, v in json.loads(progress.read_text()).items()}
-                            if progress.exists() else {})
+    at = stage.at
+    kept = json.loads(progress.read_text()).get("current", {}) if progress.exists() else {}
+    seen: dict[str, Any] = {k: SFTStep(**v) for k, v in kept.items()}
 
     def report(s: SFTStep) -> None:
         seen["last"] = s
         if s.holdout_success is not None:
             seen["checked"] = s
-            state.mkdir(parents=True, exist_ok=True)
-            tmp = progress.with_name(progress.name + ".tmp")
-            tmp.write_text(json.dumps({k: dataclasses.asdict(v) for k, v in seen.items()}))
-            tmp.replace(progress)
+            _write_progress(progress, {"stages": done, "current": {
+                k: dataclasses.asdict(v) for k, v in seen.items()}})
         if s.step % every == 0 or s.step == steps or s.reached:
             held = ("" if s.holdout_success is None
                     else f", held-out success {s.holdout_sampled:.3f} sampled / "
                          f"{s.holdout_greedy:.3f} greedy")
-            say(f"warm start step {s.step}/{steps}: loss {s.loss:.3f}, "
+            say(f"warm start{at} step {s.step}/{steps}: loss {s.loss:.3f}, "
                 f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
         if s.reached:
             floor = ("" if settings.min_sampled is None
                      else f" and sampled success the floor {settings.min_sampled}")
-            say(f"warm start stopped: held-out {settings.target_metric} success reached the "
-                f"target {target}{floor}")
+            say(f"warm start{at} stopped: held-out {settings.target_metric} success reached "
+                f"the target {target}{floor}")
         elif s.step == steps and s.holdout_success is not None:
-            say(f"warm start: the held-out target was not reached in {steps} steps; "
+            say(f"warm start{at}: the held-out target was not reached in {steps} steps; "
                 "RL starts from this checkpoint (raise warm_start.steps, or lower "
                 "warm_start.target_success)")
 
-    path = sft(base, demos, settings, out_dir=out, holdout=holdout or None, callback=report,
-               state_dir=state)
-    _write_record(out, settings, seen, len(demos), len(holdout))
-    shutil.rmtree(state, ignore_errors=True)
-    return path
+    sft(base, stage.demos, settings, out_dir=out, holdout=stage.holdout or None,
+        callback=report, state_dir=state)
+    return seen
 
 
-def _write_record(out: Path, settings: SFTSettings, seen: dict[str, Any], demos: int,
-                  holdout: int) -> None:
+def _write_progress(progress: Path, data: dict[str, Any]) -> None:
+    progress.parent.mkdir(parents=True, exist_ok=True)
+    tmp = progress.with_name(progress.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(progress)
+
+
+def _write_record(out: Path, settings: SFTSettings, done: list[dict[str, Any]],
+                  stages: list[Stage], curriculum: Curriculum | None) -> None:
     """:data:`WARM_RECORD`: where the warm start stopped and why, what made it.
 
     Nothing in it depends on the clock, so two warm starts of the same recipe,
@@ -212,25 +308,27 @@ def _write_record(out: Path, settings: SFTSettings, seen: dict[str, Any], demos:
     """
     from importlib.metadata import version
 
-    last, checked = seen.get("last"), seen.get("checked")
+    final = done[-1] if done else None
     record = {
-        "stopped_at_step": None if last is None else last.step,
+        "stopped_at_step": None if final is None else sum(d["steps"] for d in done),
         "max_steps": settings.steps,
-        "reached_target": bool(last is not None and last.reached),
+        "reached_target": bool(final is not None and final["reached"]),
         "target": {"metric": settings.target_metric, "success": settings.target_success,
                    "min_sampled": settings.min_sampled},
-        "last_check": None if checked is None else {
-            "step": checked.step, "sampled": checked.holdout_sampled,
-            "greedy": checked.holdout_greedy},
-        "demonstrations": demos, "holdout_demonstrations": holdout,
+        "last_check": None if final is None else final["last_check"],
+        "demonstrations": sum(len(st.demos) for st in stages),
+        "holdout_demonstrations": sum(len(st.holdout) for st in stages),
         "settings": dataclasses.asdict(settings),
         "versions": {name: version(name) for name in ("sao-gym", "torch", "transformers",
                                                       "tokenizers")},
     }
+    if curriculum is not None:
+        record["curriculum"] = {"knob": curriculum.knob, "levels": list(curriculum.levels),
+                                "level": len(done) - 1, "stages": done}
     tmp = out / (WARM_RECORD + ".tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(out / WARM_RECORD)
 
 
-__all__ = ["DEMONSTRATIONS", "WARM_RECORD", "WARM_STATE", "WARM_START", "Start", "prepare",
-           "resume", "warm_start"]
+__all__ = ["DEMONSTRATIONS", "WARM_RECORD", "WARM_STATE", "WARM_START", "Stage", "Start",
+           "prepare", "reached_level", "resume", "warm_start"]

@@ -155,7 +155,7 @@ def test_train_resume_continues_an_interrupted_warm_start(small_model, tmp_path,
     with pytest.raises(Interrupted):
         _prepare(config, run, save_every_s=0.0)
     partial = run / "model" / start.WARM_STATE
-    assert (partial / start.DEMONSTRATIONS).exists() and (partial / SFT_STATE).exists()
+    assert (partial / start.DEMONSTRATIONS).exists() and (partial / "level_0" / SFT_STATE).exists()
     monkeypatch.setattr(sft_module, "sft", real)
 
     said: list[str] = []

@@ -442,7 +442,7 @@ def test_train_warm_start_uses_the_config(small_model, tmp_path, monkeypatch):
     assert s.target_success == 0.7 and s.target_metric == "greedy" and len(seen["holdout"]) == 5
     assert s.min_sampled == 0.05
     # the warm start keeps its state where --resume looks, and deletes it once done
-    assert seen["state_dir"] == tmp_path / "model" / start.WARM_STATE
+    assert seen["state_dir"] == tmp_path / "model" / start.WARM_STATE / "level_0"
     assert not seen["state_dir"].exists()
     assert {r.seed for r in seen["holdout"]}.isdisjoint({r.seed for r in demos})
 

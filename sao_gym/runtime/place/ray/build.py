@@ -80,16 +80,18 @@ def ray_trainer(parts: RunParts, run_dir: str | Path, *, policy_path: str,
         if started:
             ray.shutdown()
         raise
+    curriculum = parts.climb(latest)
     source = parts.source(pool.play, concurrency=pool.concurrency, seed=next_seed,
                           version=learner.policy_version,
                           max_versions_per_step=learner.max_versions_per_step,
-                          sample_seed=parts.seed)
+                          sample_seed=parts.seed,
+                          difficulty=curriculum.current if curriculum is not None else None)
     sink = parts.sink(run_dir, resume_step=learner.steps_done if resume else None, sinks=sinks)
     return Trainer(source=source, learner=learner, backend=pool, sink=sink,
                    checkpoints=RemoteCheckpointer(learner), total_steps=parts.total_steps,
                    checkpoint_every=parts.checkpoint_every, publish_first=lora is not None,
                    recorder=parts.recorder(run_dir, tokenizer_path=policy_path)
-                   if parts.recorder is not None else None)
+                   if parts.recorder is not None else None, curriculum=curriculum)
 
 
 def _dead_errors() -> tuple[type[BaseException], ...]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,17 +119,20 @@ class WorkerPool:
         slot.handle, slot.pid, slot.alive = handle, info["pid"], True
 
     # ----- play -----
-    async def play(self, seed: int, sample_seed: int | None = None) -> Rollout:
+    async def play(self, seed: int, sample_seed: int | None = None,
+                   env_kwargs: Mapping[str, Any] | None = None) -> Rollout:
         """One episode on the task of ``seed`` on some worker, again if that worker died.
 
-        Its agent samples with ``sample_seed``.
+        Its agent samples with ``sample_seed``; ``env_kwargs`` override the env's
+        options (a curriculum's level).
         """
         while True:
             slot = await self._acquire()
             generation = slot.generation
             try:
-                rollout, counters = await slot.handle.play.remote(seed, self.version,
-                                                                  self.box, sample_seed)
+                rollout, counters = await slot.handle.play.remote(
+                    seed, self.version, self.box, sample_seed,
+                    dict(env_kwargs) if env_kwargs else None)
             except self.dead_errors as e:
                 await self._release(slot)
                 await self._lost(slot, generation, e)

@@ -83,18 +83,20 @@ class RolloutWorker:
                 "node_id": ray.get_runtime_context().get_node_id(), "episodes": self.episodes}
 
     async def play(self, seed: int, version: int, box: list | None,
-                   sample_seed: int | None = None) -> tuple[Any, dict[str, int]]:
+                   sample_seed: int | None = None, env_kwargs: dict[str, Any] | None = None
+                   ) -> tuple[Any, dict[str, int]]:
         """One episode on ``seed``'s task, and this worker's backend counters after it.
 
         The worker catches up to ``version`` first; its agent samples with
-        ``sample_seed``. The counters are ``Rollouts.counters``.
+        ``sample_seed``, its env takes ``env_kwargs`` (a curriculum's level). The
+        counters are ``Rollouts.counters``.
         """
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
         try:
             await self.update_weights(version, box)
-            rollout = await self.rollouts.play(seed, sample_seed)
+            rollout = await self.rollouts.play(seed, sample_seed, env_kwargs)
         finally:
             self._running.discard(task)
         self.episodes += 1
