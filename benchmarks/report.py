@@ -1,0 +1,185 @@
+"""Regenerate the docs' tables from their raw data in docs/data.
+
+A generated table sits in a markdown file between two markers naming its
+generator::
+
+    <!-- report: horizon_long -->
+    | row | ... |
+    <!-- /report -->
+
+``python benchmarks/report.py`` rewrites every such block of docs/results.md
+and docs/benchmarks.md from docs/data; ``--check`` rewrites nothing and exits
+1 naming each block that differs from what its data gives (a test runs it).
+Each generator (:data:`GENERATORS`) reads only files under docs/data, so a
+table is exactly what its raw data says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from sao_gym.evaluation import wilson_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data"
+DOCS = [ROOT / "docs" / "results.md", ROOT / "docs" / "benchmarks.md"]
+BLOCK = re.compile(r"(<!-- report: (\w+) -->\n)(.*?)(<!-- /report -->)", re.S)
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _metrics(run: Path) -> list[dict]:
+    with gzip.open(run / "metrics.jsonl.gz", "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _loop_minutes(records: list[dict]) -> float:
+    """Minutes of the training loop: the sum of each resumed part's last elapsed time."""
+    total, last = 0.0, 0.0
+    for r in records:
+        t = r.get("time/elapsed_s", 0.0)
+        if t < last:  # a resumed part's clock starts again
+            total += last
+        last = t
+    return (total + last) / 60
+
+
+def _spread(xs: list[float]) -> str:
+    return (f"{xs[0]:.3f}" if len(xs) == 1 else
+            f"{statistics.mean(xs):.3f} ± {statistics.stdev(xs):.3f}")
+
+
+def _cell(success: float, n: int) -> str:
+    lo, hi = wilson_interval(round(success * n), n)
+    return f"{success:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+HORIZON_ROWS = {
+    "sao": "SAO",
+    "running-mean-baseline-dis": "running-mean baseline, per-task window (DIS): no baseline here",
+    "running-mean-baseline-global-128-dis": "running-mean baseline, global 128 (DIS)",
+    "grpo-dis-g-8": "GRPO + DIS (G = 8)",
+    "grpo-g-8-ppo-clip-no-dis": "GRPO, PPO clip, no DIS (G = 8)",
+    "sao-bootstrap-truncated": "SAO, truncation bootstrapped",
+}
+
+
+def _horizon_runs(horizon: str) -> dict[str, dict[int, Path]]:
+    base = DATA / "horizon_study" / horizon / "runs"
+    return {row: {int(p.name[4:]): p for p in sorted((base / row).glob("seed*"))
+                  if (p / "eval_after.json").exists()}
+            for row in HORIZON_ROWS if (base / row).is_dir()}
+
+
+def _unpaired(runs: dict[int, Path], first: dict[int, Path], seed: int) -> bool:
+    """Whether the run of ``seed`` started elsewhere than the first row's (another warm start)."""
+    if seed not in first:
+        return False
+    start = _json(runs[seed] / "eval_before.json")["success_rate"]
+    return start != _json(first[seed] / "eval_before.json")["success_rate"]
+
+
+def horizon_long() -> str:
+    """The 32-hop table: per seed, final success [95% interval] (the seed's start)."""
+    runs = _horizon_runs("long")
+    seeds = sorted({s for by in runs.values() for s in by})
+    first = runs["sao"]
+    lines = [f"| row | {' | '.join(f'seed {s}' for s in seeds)} | mean ± sd (seeds) | "
+             "wall (median) |", "|---" * (len(seeds) + 3) + "|"]
+    for row, by in runs.items():
+        cells, finals = [], []
+        for s in seeds:
+            if s not in by:
+                cells.append("-")
+                continue
+            after, before = _json(by[s] / "eval_after.json"), _json(by[s] / "eval_before.json")
+            finals.append(after["success_rate"])
+            mark = "\\*" if _unpaired(by, first, s) else ""
+            cells.append(f"{_cell(after['success_rate'], after['episodes'])} "
+                         f"({before['success_rate']:.3f}){mark}")
+        wall = statistics.median(_loop_minutes(_metrics(p)) for p in by.values())
+        lines.append(f"| {HORIZON_ROWS[row]} | {' | '.join(cells)} | {_spread(finals)} "
+                     f"({len(finals)}) | {wall:.1f} min |")
+    return "\n".join(lines)
+
+
+def horizon_short() -> str:
+    """The 8-hop table: mean start, final mean ± sd, per seed with intervals, SAO's margin."""
+    runs = _horizon_runs("short")
+    first = runs["sao"]
+    lines = ["| row | seeds | start | final, mean ± sd | per seed [95% interval] | SAO minus the "
+             "row, per seed | wall (median) |", "|---|---|---|---|---|---|---|"]
+    for row, by in runs.items():
+        seeds = sorted(by)
+        after = {s: _json(by[s] / "eval_after.json") for s in seeds}
+        starts = [_json(by[s] / "eval_before.json")["success_rate"] for s in seeds]
+        finals = [after[s]["success_rate"] for s in seeds]
+        marks = {s: "\\*" if _unpaired(by, first, s) else "" for s in seeds}
+        per_seed = ", ".join(f"{_cell(after[s]['success_rate'], after[s]['episodes'])}{marks[s]}"
+                             for s in seeds)
+        margin = ("" if row == "sao" else ", ".join(
+            f"{_json(first[s] / 'eval_after.json')['success_rate'] - after[s]['success_rate']:+.3f}"
+            f"{marks[s]}" for s in seeds if s in first))
+        wall = statistics.median(_loop_minutes(_metrics(p)) for p in by.values())
+        lines.append(f"| {HORIZON_ROWS[row]} | {len(seeds)} | {statistics.mean(starts):.3f} | "
+                     f"{_spread(finals)} | {per_seed} | {margin} | {wall:.1f} min |")
+    return "\n".join(lines)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "horizon_long": horizon_long,
+    "horizon_short": horizon_short,
+}
+"""Each generated table's name (its marker) and generator."""
+
+
+def regenerate(text: str) -> tuple[str, list[str]]:
+    """``text`` with every generated block made anew; and the names of those that changed."""
+    changed: list[str] = []
+
+    def fill(m: re.Match) -> str:
+        name = m[2]
+        if name not in GENERATORS:
+            raise KeyError(f"no generator for the table {name!r} (known: {sorted(GENERATORS)})")
+        table = GENERATORS[name]().rstrip("\n") + "\n"
+        if table != m[3]:
+            changed.append(name)
+        return m[1] + table + m[4]
+
+    return BLOCK.sub(fill, text), changed
+
+
+def blocks(text: str) -> list[str]:
+    """The names of the generated blocks in ``text``."""
+    return [m[2] for m in BLOCK.finditer(text)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true",
+                   help="change nothing; exit 1 if a table differs from its data")
+    args = p.parse_args(argv)
+    stale = []
+    for doc in DOCS:
+        text = doc.read_text()
+        new, changed = regenerate(text)
+        stale += [f"{doc.relative_to(ROOT)}: {name}" for name in changed]
+        if changed and not args.check:
+            doc.write_text(new)
+    for line in stale:
+        print(("differs from its data: " if args.check else "rewritten: ") + line)
+    return 1 if stale and args.check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
