@@ -135,7 +135,28 @@ def horizon_short() -> str:
     return "\n".join(lines)
 
 
+def curriculum_warm_starts() -> str:
+    """The curriculum's warm starts at 32 hops: steps per level, the last check, played success."""
+    rows = []
+    for run in sorted((DATA / "curriculum_keychain32").glob("seed*")):
+        record = _json(run / "warm_start.json")
+        stages = record["curriculum"]["stages"]
+        before = _json(run / "eval_before.json")
+        check = record["last_check"]
+        rows.append(f"| {run.name[4:]} | {', '.join(str(s['steps']) for s in stages)} | "
+                    f"{record['stopped_at_step']} of {record['max_steps']} | "
+                    f"{'yes' if record['reached_target'] else 'no'} | {check['sampled']:.3f} / "
+                    f"{check['greedy']:.3f} | "
+                    f"{_cell(before['success_rate'], before['episodes'])} |")
+    levels = ", ".join(str(x) for x in _json(next(
+        (DATA / "curriculum_keychain32").glob("seed*/warm_start.json")))["curriculum"]["levels"])
+    return "\n".join([f"| seed | supervised steps at hops {levels} | in all | target reached "
+                      "| held-out check at 32 hops, sampled / greedy | played success at T = 1, "
+                      "256 episodes [95%] |", "|---|---|---|---|---|---|", *rows])
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "curriculum_warm_starts": curriculum_warm_starts,
     "horizon_long": horizon_long,
     "horizon_short": horizon_short,
 }

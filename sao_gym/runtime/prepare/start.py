@@ -125,7 +125,7 @@ def prepare(plan: PreparePlan, run_dir: str | Path, *,
     for line in lines + more:
         say(line)
     save(budgets)
-    level = 0
+    level = reached_level(policy, plan.curriculum)  # a finished warm start keeps its level
     if demos is not None and plan.sft is not None:
         _keep_demonstrations(run_dir, stages)
         settings = dataclasses.replace(plan.sft, label_smoothing=budgets.label_smoothing)
@@ -147,7 +147,7 @@ def resume(plan: PreparePlan, run_dir: str | Path, *, has_checkpoint: bool,
     run_dir = Path(run_dir)
     warm = run_dir / "model" / WARM_START
     if (warm / "config.json").exists():
-        return Start(str(warm), plan.budgets, reached_level(warm))
+        return Start(str(warm), plan.budgets, reached_level(warm, plan.curriculum))
     kept = run_dir / "model" / WARM_STATE / DEMONSTRATIONS
     if kept.exists() and plan.sft is not None:
         stages = pickle.loads(kept.read_bytes())
@@ -158,16 +158,25 @@ def resume(plan: PreparePlan, run_dir: str | Path, *, has_checkpoint: bool,
     if plan.demonstrations is not None and plan.sft is not None and not has_checkpoint:
         say("the run stopped before its warm start began: preparing it again")
         return prepare(plan, run_dir, save=save, say=say)
-    return Start(base_policy(plan.model, run_dir), plan.budgets)
+    policy = base_policy(plan.model, run_dir)
+    return Start(policy, plan.budgets, reached_level(policy, plan.curriculum))
 
 
-def reached_level(warm: str | Path) -> int:
-    """The curriculum level (ladder index) a finished warm start ended at (0 without one)."""
+def reached_level(warm: str | Path, curriculum: Curriculum | None) -> int:
+    """Where on ``curriculum``'s ladder RL begins after the warm start ``warm``.
+
+    The index of the level it ended at (0 without a curriculum, a record, or that
+    level on this ladder). Also a run whose ``model`` is another run's warm start
+    (``RUN/model/warm_start``) begins RL at that warm start's level.
+    """
     record = Path(warm) / WARM_RECORD
-    if not record.exists():
+    if curriculum is None or not record.exists():
         return 0
     climbed = json.loads(record.read_text()).get("curriculum")
-    return int(climbed["level"]) if climbed else 0
+    if not climbed or climbed.get("knob") != curriculum.knob:
+        return 0
+    level = climbed["levels"][climbed["level"]]
+    return curriculum.levels.index(level) if level in curriculum.levels else 0
 
 
 def _levels(demos: Demonstrations, curriculum: Curriculum | None) -> list[Demonstrations]:
@@ -213,7 +222,7 @@ def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, stages: li
     state = Path(run_dir) / "model" / WARM_STATE
     if (out / "config.json").exists():
         shutil.rmtree(state, ignore_errors=True)
-        return str(out), reached_level(out)
+        return str(out), reached_level(out, curriculum)
     say(f"warm start: at most {settings.steps} supervised steps on "
         f"{sum(len(st.demos) for st in stages)} demonstrations"
         + (f", level by level ({', '.join(st.level for st in stages)})" if len(stages) > 1

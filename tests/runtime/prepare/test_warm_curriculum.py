@@ -71,11 +71,19 @@ def test_rl_begins_where_the_warm_start_ran_out(tmp_path, monkeypatch):
     stages = _record(begun.policy)["curriculum"]["stages"]
     assert [(s["level"], s["steps"], s["reached"]) for s in stages] == [
         ("hops=4", 10, True), ("hops=8", 40, False)]  # 16 hops never begins
-    assert begun.level == 1 and start.reached_level(begun.policy) == 1
+    assert begun.level == 1 and start.reached_level(begun.policy, _plan().curriculum) == 1
     assert (Path(begun.policy) / "model.safetensors").exists()
     # --resume of the finished warm start starts RL at the same level
     again = start.resume(_plan(), tmp_path / "run", has_checkpoint=False)
     assert (again.policy, again.level) == (begun.policy, 1)
+    # a run whose model is this warm start begins at its level (8 hops), on its own ladder
+    for hops, level in ((16, 1), (64, 1), (8, 1), (4, 0)):
+        plan = train_plan(load_config(None, [*RECIPE, f"model={begun.policy}", "warm_start=null",
+                                             f"env_kwargs={{hops: {hops}}}"])).prepare
+        assert start.prepare(plan, tmp_path / f"rl{hops}").level == level, hops
+    no_curriculum = train_plan(load_config(None, [*RECIPE, f"model={begun.policy}",
+                                                  "warm_start=null", "curriculum=null"])).prepare
+    assert start.prepare(no_curriculum, tmp_path / "plain").level == 0
 
 
 def test_a_warm_start_killed_in_its_second_level_resumes_to_the_same_weights(
