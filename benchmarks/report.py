@@ -155,7 +155,23 @@ def curriculum_warm_starts() -> str:
                       "256 episodes [95%] |", "|---|---|---|---|---|---|", *rows])
 
 
+def keychain_failures_32() -> str:
+    """How the 32-hop curriculum warm starts' played episodes ended (keychain_failures.py)."""
+    classes = ("solved", "wrong last key", "never submitted", "out of turns mid-chain",
+               "submitted early")
+    lines = ["| seed | episodes | " + " | ".join(classes) + " |",
+             "|---" * (len(classes) + 2) + "|"]
+    for path in sorted((DATA / "curriculum_keychain32").glob("seed*/eval_before_episodes.json")):
+        rows = _json(path)
+        n = len(rows)
+        share = {c: sum(r["how"] == c for r in rows) / n for c in classes}
+        lines.append(f"| {path.parent.name[4:]} | {n} | "
+                     + " | ".join(f"{share[c]:.3f}" for c in classes) + " |")
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "keychain_failures_32": keychain_failures_32,
     "curriculum_warm_starts": curriculum_warm_starts,
     "horizon_long": horizon_long,
     "horizon_short": horizon_short,
