@@ -36,7 +36,11 @@ redraws from what has finished. ``--archive DIR`` keeps every finished run's
 small files (config, evaluations, critic values, gzipped metrics) in DIR, and
 each warm start (its checkpoint, ~2.5 MB) while a run of it is unfinished, and
 restores them into ``--out`` first, so a study too long for one sitting spreads
-over several (the checked-in one: ``docs/data/horizon_study``).
+over several. An archive keeps each horizon's ``study.yaml`` (the recipe its
+runs were made with) and is refused by a study of another recipe
+(:func:`check_archive`): rows are only paired with rows of the same warm starts.
+(The checked-in ``docs/data/horizon_study`` predates the marks and the curriculum;
+``benchmarks/report.py`` regenerates its tables.)
 """
 
 from __future__ import annotations
@@ -250,6 +254,26 @@ def drop_warm(archive: Path, horizon: str, seeds: list[int]) -> None:
             shutil.rmtree(warm)
 
 
+def check_archive(archive: Path, out: Path, horizon: str) -> None:
+    """The archive of ``horizon`` holds runs of this study's recipe, or none yet (it is marked).
+
+    Each horizon of an archive keeps the ``study.yaml`` its runs were made with; an
+    archive of another recipe (or one kept before archives were marked) is refused,
+    so that rows restored from it are never paired with rows of this recipe.
+    """
+    kept, want = archive / horizon, (out / horizon / "study.yaml").read_text()
+    if (kept / "study.yaml").exists():
+        if yaml.safe_load((kept / "study.yaml").read_text()) != yaml.safe_load(want):
+            raise SystemExit(f"{kept} holds runs of another recipe ({kept / 'study.yaml'} "
+                             "differs from this script's): archive this study elsewhere")
+        return
+    if any(kept.glob("*/*/seed*")):
+        raise SystemExit(f"{kept} holds runs of an unrecorded recipe (no study.yaml): "
+                         "archive this study elsewhere")
+    kept.mkdir(parents=True, exist_ok=True)
+    (kept / "study.yaml").write_text(want)
+
+
 def restore(archive: Path, out: Path) -> int:
     """Bring archived finished runs and warm starts back into ``out`` (where missing).
 
@@ -440,6 +464,8 @@ def main(argv: list[str] | None = None) -> None:
     for h in args.horizons:
         horizon_dir(args.out, h)
     if args.archive is not None:
+        for h in args.horizons:
+            check_archive(args.archive, args.out, h)
         ls.log(f"{restore(args.archive, args.out)} finished runs restored from {args.archive}")
     if not args.report:
         jobs = Jobs(job_order(args.horizons, args.seeds, args.rows),

@@ -357,3 +357,31 @@ def test_sao_side_kinds_come_from_the_runs_own_kept_evaluation(tmp_path, monkeyp
 
     bench.kept_eval_trajectories(tmp_path / "none")  # a run that kept no rollouts: nothing
     assert not (tmp_path / "none" / "heldout_trajectories").exists()
+
+
+def test_an_archive_holds_the_runs_of_one_recipe(study, tmp_path):
+    out, archive = tmp_path / "out", tmp_path / "archive"
+    study.horizon_dir(out, "short")
+    study.check_archive(archive, out, "short")  # a new archive is marked with the recipe
+    assert (archive / "short" / "study.yaml").read_text() == (
+        out / "short" / "study.yaml").read_text()
+    _finished_run(archive / "short" / "runs" / "sao" / "seed0", [{"step": 1}])
+    study.check_archive(archive, out, "short")  # the same recipe: fine
+    other = tmp_path / "other"
+    (other / "short").mkdir(parents=True)
+    (other / "short" / "study.yaml").write_text("total_steps: 7\n")
+    with pytest.raises(SystemExit, match="another recipe"):
+        study.check_archive(archive, other, "short")
+    # runs kept before archives were marked are of an unknown recipe: refused too
+    (archive / "short" / "study.yaml").unlink()
+    with pytest.raises(SystemExit, match="unrecorded recipe"):
+        study.check_archive(archive, out, "short")
+
+
+def test_the_published_archive_is_not_restored_into_a_study_of_todays_recipe(study, tmp_path):
+    from tests.helpers import BENCHMARKS
+
+    study.horizon_dir(tmp_path, "long")
+    with pytest.raises(SystemExit):  # its runs were made before the curriculum
+        study.check_archive(BENCHMARKS.parent / "docs" / "data" / "horizon_study", tmp_path,
+                            "long")
