@@ -131,7 +131,8 @@ def test_a_sync_run_of_long_episodes_reuses_kv_and_trains_on_policy(tmp_path):
     sets = ["mode=sync", "env=sao_gym/KeyChain-v0", "env_kwargs={hops: 16}", "total_steps=3",
             "rollout.batch_size=2", "rollout.max_new_tokens=8", "rollout.max_episode_steps=null",
             "rollout.max_context_tokens=2048", "learner.critic_warmup_steps=0",
-            "learner.lr=1e-3", "warm_start=null", "eval.episodes=0",
+            "learner.lr=1e-3", "warm_start=null", "curriculum=null",
+            "eval.episodes=0",
             "model_options={hidden_size: 64, num_layers: 1}"]
     run = tmp_path / "run"
     assert main(["train", *[a for kv in sets for a in ("--set", kv)], "--out", str(run)]) == 0

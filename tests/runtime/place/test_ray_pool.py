@@ -56,7 +56,7 @@ class FakeWorker:
     async def _ready(self):
         return {"pid": self.pid}
 
-    async def _play(self, seed, version, box, sample_seed=None):
+    async def _play(self, seed, version, box, sample_seed=None, env_kwargs=None):
         async def run():
             if version > self.version:
                 await self._update(version, box)
