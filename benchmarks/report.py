@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from sao_gym.evaluation import wilson_interval
+from sao_gym.evaluation import gain_interval, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
@@ -170,7 +170,32 @@ def keychain_failures_32() -> str:
     return "\n".join(lines)
 
 
+def own_envs() -> str:
+    """The generic recipe on the own envs (benchmarks/own_envs.py): warm start, gain, wall time."""
+    lines = ["| env | seed | warm start: steps, target reached, last check (sampled / greedy) "
+             "| before [95%] | after [95%] | gain [95% interval] | wall |",
+             "|---|---|---|---|---|---|---|"]
+    for kept in sorted((DATA / "own_envs" / "runs").glob("*/seed*")):
+        if not (kept / "wall.json").exists():
+            continue
+        warm, check = _json(kept / "warm_start.json"), _json(kept / "warm_start.json")["last_check"]
+        before, after = _json(kept / "eval_before.json"), _json(kept / "eval_after.json")
+        lo, hi = gain_interval(before["success_rate"], before["episodes"],
+                               after["success_rate"], after["episodes"])
+        gain = after["success_rate"] - before["success_rate"]
+        lines.append(
+            f"| {kept.parent.name} | {kept.name[4:]} | {warm['stopped_at_step']} of "
+            f"{warm['max_steps']}, {'yes' if warm['reached_target'] else 'no'}, "
+            f"{check['sampled']:.3f} / {check['greedy']:.3f} | "
+            f"{_cell(before['success_rate'], before['episodes'])} | "
+            f"{_cell(after['success_rate'], after['episodes'])} | "
+            f"{100 * gain:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
+            f"{_json(kept / 'wall.json')['wall_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "own_envs": own_envs,
     "keychain_failures_32": keychain_failures_32,
     "curriculum_warm_starts": curriculum_warm_starts,
     "horizon_long": horizon_long,

@@ -1,0 +1,86 @@
+"""The generic CPU recipe on environments written outside the library, as a new user runs it.
+
+    python benchmarks/own_envs.py --out runs/own-envs [--envs warehouse signup] [--seeds 0 1 2]
+
+Each env of ``docs/data/own_envs/`` (a module that registers ``own/<Name>-v0``
+with its oracle; none of them is in any recipe's tuning set) is trained with
+the command a new user types, no config file::
+
+    PYTHONPATH=docs/data/own_envs sao-gym train --set env=MODULE:own/NAME-v0 --set seed=S
+
+one run at a time with the whole machine, timed from the command's start to
+its end (warm start, both evaluations and RL). Each finished run's small files
+(config, warm-start record, evaluations, gzipped metrics, the wall time) are
+kept in ``docs/data/own_envs/runs/<module>/seed<S>/``; ``benchmarks/report.py``
+draws the results table from them. A run whose files are there is skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ENVS = ROOT / "docs" / "data" / "own_envs"
+IDS = {"warehouse": "own/Warehouse-v0", "signup": "own/Signup-v0"}
+"""Module -> the id it registers."""
+KEPT = ("config.yaml", "eval_before.json", "eval_after.json")
+
+
+def run_one(out: Path, module: str, seed: int) -> Path:
+    """Train ``module``'s env on ``seed`` (unless kept already); the kept directory."""
+    kept = ENVS / "runs" / module / f"seed{seed}"
+    if (kept / "wall.json").exists():
+        return kept
+    run = out / module / f"seed{seed}"
+    shutil.rmtree(run, ignore_errors=True)
+    run.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": f"{ENVS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [str(Path(sys.executable).parent / "sao-gym"), "train",
+           "--set", f"env={module}:{IDS[module]}", "--set", f"seed={seed}", "--out", str(run)]
+    started = time.monotonic()
+    with open(run.parent / f"seed{seed}.log", "w") as log:
+        done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+    wall = time.monotonic() - started
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}); see "
+                           f"{run.parent / f'seed{seed}.log'}")
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        shutil.copy(run / name, kept / name)
+    shutil.copy(run / "model" / "warm_start" / "warm_start.json", kept / "warm_start.json")
+    with (run / "metrics.jsonl").open("rb") as f, (kept / "metrics.jsonl.gz").open("wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
+        shutil.copyfileobj(f, g)
+    (kept / "wall.json").write_text(json.dumps({"wall_s": round(wall, 1), "command": " ".join(
+        ["PYTHONPATH=docs/data/own_envs", "sao-gym", *cmd[1:-2]])}, indent=1) + "\n")
+    return kept
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--envs", nargs="+", default=list(IDS), choices=list(IDS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    args = p.parse_args(argv)
+    for module in args.envs:
+        for seed in args.seeds:
+            kept = run_one(args.out, module, seed)
+            before = json.loads((kept / "eval_before.json").read_text())["success_rate"]
+            after = json.loads((kept / "eval_after.json").read_text())["success_rate"]
+            wall = json.loads((kept / "wall.json").read_text())["wall_s"]
+            print(f"{module} seed {seed}: {before:.3f} -> {after:.3f} in {wall / 60:.1f} min",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
