@@ -194,7 +194,45 @@ def own_envs() -> str:
     return "\n".join(lines)
 
 
+def _pct(summary: dict) -> str:
+    lo, hi = wilson_interval(round(summary["success_rate"] * summary["episodes"]),
+                             summary["episodes"])
+    return f"{100 * summary['success_rate']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def _vs_trl_seeds() -> list[dict]:
+    return [_json(p) for p in sorted((DATA / "vs_trl_heldout").glob("seed*.json"))]
+
+
+def vs_trl_keychain() -> str:
+    """SAO against TRL's GRPOTrainer on KeyChain at 8 hops: held-out success, work done."""
+    lines = ["| seed | before RL | SAO after | TRL after | SAO: trajectories / loop s | "
+             "TRL: trajectories / loop s |", "|---|---|---|---|---|---|"]
+    for d in _vs_trl_seeds():
+        t = d["trl_train"]
+        lines.append(f"| {d['seed']} | {_pct(d['before'])} | {_pct(d['sao'])} | "
+                     f"{_pct(d['trl'])} | {d['sao_trajectories']:,} / {d['sao_wall_s']:,.0f} | "
+                     f"{t['trajectories']:,} / {t['wall_s']:,.0f} |")
+    return "\n".join(lines)
+
+
+def vs_trl_keychain_kinds() -> str:
+    """How the two sides' held-out episodes ended (the benchmark's ``episode_kinds``)."""
+    kinds = (("solved", "solved"), ("wrong_answer", "wrong answer"),
+             ("out_of_turns", "out of turns"), ("toolless_turn", "a turn without a tool call"))
+    lines = ["| seed | side | " + " | ".join(name for _, name in kinds) + " |",
+             "|---" * (len(kinds) + 2) + "|"]
+    for d in _vs_trl_seeds():
+        for side in ("sao", "trl"):
+            counts = d["kinds"][side]
+            lines.append(f"| {d['seed']} | {side.upper()} | "
+                         + " | ".join(str(counts.get(k, 0)) for k, _ in kinds) + " |")
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "vs_trl_keychain": vs_trl_keychain,
+    "vs_trl_keychain_kinds": vs_trl_keychain_kinds,
     "own_envs": own_envs,
     "keychain_failures_32": keychain_failures_32,
     "curriculum_warm_starts": curriculum_warm_starts,
