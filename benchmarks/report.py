@@ -230,7 +230,21 @@ def vs_trl_keychain_kinds() -> str:
     return "\n".join(lines)
 
 
+def harness_sdk_keychain() -> str:
+    """The Agents SDK agent trained through the gateway (benchmarks/demo.py): per seed."""
+    lines = ["| seed | after the warm start | after 120 SAO steps | gain | wall (whole job) |",
+             "|---|---|---|---|---|"]
+    for r in _json(DATA / "harness_sdk_keychain" / "summary.json")["runs"]:
+        n = r["episodes"]
+        lo, hi = r["gain_interval"]
+        lines.append(f"| {r['seed']} | {_cell(r['start_success'], n)} | "
+                     f"{_cell(r['final_success'], n)} | {100 * r['gain']:+.1f} "
+                     f"[{100 * lo:+.1f}, {100 * hi:+.1f}] | {r['train_wall_s'] / 60:.1f} min |")
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "harness_sdk_keychain": harness_sdk_keychain,
     "vs_trl_keychain": vs_trl_keychain,
     "vs_trl_keychain_kinds": vs_trl_keychain_kinds,
     "own_envs": own_envs,
