@@ -156,17 +156,44 @@ def curriculum_warm_starts() -> str:
 
 
 def keychain_failures_32() -> str:
-    """How the 32-hop curriculum warm starts' played episodes ended (keychain_failures.py)."""
+    """How the 32-hop curriculum runs' played episodes ended, before and after RL."""
     classes = ("solved", "wrong last key", "never submitted", "out of turns mid-chain",
                "submitted early")
-    lines = ["| seed | episodes | " + " | ".join(classes) + " |",
-             "|---" * (len(classes) + 2) + "|"]
-    for path in sorted((DATA / "curriculum_keychain32").glob("seed*/eval_before_episodes.json")):
-        rows = _json(path)
-        n = len(rows)
-        share = {c: sum(r["how"] == c for r in rows) / n for c in classes}
-        lines.append(f"| {path.parent.name[4:]} | {n} | "
-                     + " | ".join(f"{share[c]:.3f}" for c in classes) + " |")
+    lines = ["| seed | evaluation | episodes | " + " | ".join(classes) + " |",
+             "|---" * (len(classes) + 3) + "|"]
+    for run in sorted((DATA / "curriculum_keychain32").glob("seed*")):
+        for when, name in (("eval_before", "before RL"), ("eval_after", "after RL")):
+            if not (run / f"{when}_episodes.json").exists():
+                continue
+            rows = _json(run / f"{when}_episodes.json")
+            n = len(rows)
+            share = {c: sum(r["how"] == c for r in rows) / n for c in classes}
+            lines.append(f"| {run.name[4:]} | {name} | {n} | "
+                         + " | ".join(f"{share[c]:.3f}" for c in classes) + " |")
+    return "\n".join(lines)
+
+
+def curriculum_rl_32() -> str:
+    """SAO at 32 hops from the curriculum's warm starts: held-out success, the last steps."""
+    lines = ["| seed | before RL [95%] | after 100 SAO steps [95%] | gain [95% interval] | "
+             "training success, last 20 steps | truncated, last 20 steps | loop |",
+             "|---|---|---|---|---|---|---|"]
+    for run in sorted((DATA / "curriculum_keychain32").glob("seed*")):
+        if not (run / "eval_after.json").exists():
+            continue
+        before, after = _json(run / "eval_before.json"), _json(run / "eval_after.json")
+        lo, hi = gain_interval(before["success_rate"], before["episodes"],
+                               after["success_rate"], after["episodes"])
+        records = _metrics(run)
+        last = records[-20:]
+        success, truncated = (sum(r[k] for r in last) / len(last)
+                              for k in ("rollout/success_rate", "rollout/truncated_rate"))
+        lines.append(f"| {run.name[4:]} | {_cell(before['success_rate'], before['episodes'])} "
+                     f"| {_cell(after['success_rate'], after['episodes'])} | "
+                     f"{100 * (after['success_rate'] - before['success_rate']):+.1f} "
+                     f"[{100 * lo:+.1f}, {100 * hi:+.1f}] | "
+                     f"{success:.2f} | {truncated:.2f} "
+                     f"| {_loop_minutes(records):.1f} min |")
     return "\n".join(lines)
 
 
@@ -244,6 +271,7 @@ def harness_sdk_keychain() -> str:
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
+    "curriculum_rl_32": curriculum_rl_32,
     "harness_sdk_keychain": harness_sdk_keychain,
     "vs_trl_keychain": vs_trl_keychain,
     "vs_trl_keychain_kinds": vs_trl_keychain_kinds,

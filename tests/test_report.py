@@ -22,7 +22,8 @@ def test_every_generated_table_matches_its_data(report, doc):
 def test_the_results_tables_are_generated(report):
     names = report.blocks((report.ROOT / "docs" / "results.md").read_text())
     assert {"horizon_short", "horizon_long", "curriculum_warm_starts", "keychain_failures_32",
-            "vs_trl_keychain", "vs_trl_keychain_kinds", "harness_sdk_keychain"} <= set(names)
+            "vs_trl_keychain", "vs_trl_keychain_kinds", "harness_sdk_keychain",
+            "curriculum_rl_32"} <= set(names)
     assert len(names) == len(set(names))
 
 
