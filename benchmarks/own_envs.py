@@ -3,8 +3,9 @@
     python benchmarks/own_envs.py --out runs/own-envs [--envs warehouse signup] [--seeds 0 1 2]
 
 Each env of ``docs/data/own_envs/`` (a module that registers ``own/<Name>-v0``
-with its oracle; none of them is in any recipe's tuning set) is trained with
-the command a new user types, no config file::
+with its oracle; none of them is in any recipe's tuning set), and docs/new_env.md's
+own example (``examples/new_env.py``), is trained with the command a new user
+types, no config file::
 
     PYTHONPATH=docs/data/own_envs sao-gym train --set env=MODULE:own/NAME-v0 --set seed=S
 
@@ -29,8 +30,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "docs" / "data" / "own_envs"
-IDS = {"warehouse": "own/Warehouse-v0", "signup": "own/Signup-v0"}
-"""Module -> the id it registers."""
+IDS = {"warehouse": (ENVS, "own/Warehouse-v0", []),
+       "signup": (ENVS, "own/Signup-v0", []),
+       "new_env": (ROOT / "examples", "examples/GuessNumber-v0", ["env_kwargs={high: 8}"])}
+"""Module -> (its folder, the id it registers, the command's other settings). ``new_env`` is
+docs/new_env.md's own example, trained with the command that page shows."""
 KEPT = ("config.yaml", "eval_before.json", "eval_after.json")
 
 
@@ -42,9 +46,11 @@ def run_one(out: Path, module: str, seed: int) -> Path:
     run = out / module / f"seed{seed}"
     shutil.rmtree(run, ignore_errors=True)
     run.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": f"{ENVS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    folder, env_id, settings = IDS[module]
+    env = {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [str(Path(sys.executable).parent / "sao-gym"), "train",
-           "--set", f"env={module}:{IDS[module]}", "--set", f"seed={seed}", "--out", str(run)]
+           "--set", f"env={module}:{env_id}", *[a for kv in settings for a in ("--set", kv)],
+           "--set", f"seed={seed}", "--out", str(run)]
     started = time.monotonic()
     with open(run.parent / f"seed{seed}.log", "w") as log:
         done = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -60,7 +66,7 @@ def run_one(out: Path, module: str, seed: int) -> Path:
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
         shutil.copyfileobj(f, g)
     (kept / "wall.json").write_text(json.dumps({"wall_s": round(wall, 1), "command": " ".join(
-        ["PYTHONPATH=docs/data/own_envs", "sao-gym", *cmd[1:-2]])}, indent=1) + "\n")
+        [f"PYTHONPATH={folder.relative_to(ROOT)}", "sao-gym", *cmd[1:-2]])}, indent=1) + "\n")
     return kept
 
 

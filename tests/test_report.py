@@ -23,7 +23,7 @@ def test_the_results_tables_are_generated(report):
     names = report.blocks((report.ROOT / "docs" / "results.md").read_text())
     assert {"horizon_short", "horizon_long", "curriculum_warm_starts", "keychain_failures_32",
             "vs_trl_keychain", "vs_trl_keychain_kinds", "harness_sdk_keychain",
-            "curriculum_rl_32"} <= set(names)
+            "curriculum_rl_32", "own_envs"} <= set(names)
     assert len(names) == len(set(names))
 
 
