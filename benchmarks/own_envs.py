@@ -11,7 +11,8 @@ types, no config file::
 
 one run at a time with the whole machine, timed from the command's start to
 its end (warm start, both evaluations and RL). Each finished run's small files
-(config, warm-start record, evaluations, gzipped metrics, the wall time) are
+(config, warm-start record, evaluations, gzipped metrics, the command's output, the
+wall time) are
 kept in ``docs/data/own_envs/runs/<module>/seed<S>/``; ``benchmarks/report.py``
 draws the results table from them. A run whose files are there is skipped.
 """
@@ -62,6 +63,7 @@ def run_one(out: Path, module: str, seed: int) -> Path:
     for name in KEPT:
         shutil.copy(run / name, kept / name)
     shutil.copy(run / "model" / "warm_start" / "warm_start.json", kept / "warm_start.json")
+    shutil.copy(run.parent / f"seed{seed}.log", kept / "train.log")  # the command's output
     with (run / "metrics.jsonl").open("rb") as f, (kept / "metrics.jsonl.gz").open("wb") as raw, \
             gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
         shutil.copyfileobj(f, g)
