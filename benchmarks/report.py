@@ -257,11 +257,11 @@ def vs_trl_keychain_kinds() -> str:
     return "\n".join(lines)
 
 
-def harness_sdk_keychain() -> str:
-    """The Agents SDK agent trained through the gateway (benchmarks/demo.py): per seed."""
-    lines = ["| seed | after the warm start | after 120 SAO steps | gain | wall (whole job) |",
+def _demo_runs(folder: str, after: str) -> str:
+    """A ``benchmarks/demo.py`` summary (``summary.json`` in ``folder``): a row per seed."""
+    lines = [f"| seed | after the warm start | {after} | gain | wall (whole job) |",
              "|---|---|---|---|---|"]
-    for r in _json(DATA / "harness_sdk_keychain" / "summary.json")["runs"]:
+    for r in _json(DATA / folder / "summary.json")["runs"]:
         n = r["episodes"]
         lo, hi = r["gain_interval"]
         lines.append(f"| {r['seed']} | {_cell(r['start_success'], n)} | "
@@ -270,7 +270,18 @@ def harness_sdk_keychain() -> str:
     return "\n".join(lines)
 
 
+def harness_sdk_keychain() -> str:
+    """The Agents SDK agent trained through the gateway (benchmarks/demo.py): per seed."""
+    return _demo_runs("harness_sdk_keychain", "after 120 SAO steps")
+
+
+def demo_seeds() -> str:
+    """``make demo``'s job on seeds 0, 1, 2 (benchmarks/demo.py): per seed."""
+    return _demo_runs("demo_seeds012", "after 200 SAO steps")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "demo_seeds": demo_seeds,
     "curriculum_rl_32": curriculum_rl_32,
     "harness_sdk_keychain": harness_sdk_keychain,
     "vs_trl_keychain": vs_trl_keychain,

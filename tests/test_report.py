@@ -24,6 +24,7 @@ def test_the_results_tables_are_generated(report):
     assert {"horizon_short", "horizon_long", "curriculum_warm_starts", "keychain_failures_32",
             "vs_trl_keychain", "vs_trl_keychain_kinds", "harness_sdk_keychain",
             "curriculum_rl_32", "own_envs"} <= set(names)
+    assert "demo_seeds" in report.blocks((report.ROOT / "docs" / "benchmarks.md").read_text())
     assert len(names) == len(set(names))
 
 
