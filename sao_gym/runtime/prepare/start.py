@@ -183,10 +183,20 @@ def _levels(demos: Demonstrations, curriculum: Curriculum | None) -> list[Demons
     """The demonstrations of each level of ``curriculum``'s ladder (just ``demos`` without)."""
     if curriculum is None:
         return [demos]
-    plan = demos.plan
-    return [Demonstrations(dataclasses.replace(plan, env=dataclasses.replace(
-        plan.env, kwargs={**plan.env.kwargs, **curriculum.kwargs(i)})))
-        for i in range(len(curriculum.levels))]
+    return [Demonstrations(_at_level(demos.plan, curriculum.kwargs(i)))
+            for i in range(len(curriculum.levels))]
+
+
+def _at_level(plan: Any, level: dict[str, Any]) -> Any:
+    """A demonstration plan whose env (and harness tasks, for a harness run) take ``level``."""
+    plan = dataclasses.replace(plan, env=dataclasses.replace(
+        plan.env, kwargs={**plan.env.kwargs, **level}))
+    if plan.harness is not None and plan.harness.tasks.env is not None:
+        tasks = plan.harness.tasks
+        plan = dataclasses.replace(plan, harness=dataclasses.replace(
+            plan.harness, tasks=dataclasses.replace(
+                tasks, env_kwargs={**tasks.env_kwargs, **level})))
+    return plan
 
 
 def _level_name(curriculum: Curriculum | None, index: int) -> str:

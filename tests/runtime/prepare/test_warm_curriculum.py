@@ -119,3 +119,14 @@ def test_a_warm_start_killed_in_its_second_level_resumes_to_the_same_weights(
             a["settings"].pop("save_every_s"), b["settings"].pop("save_every_s")
         assert a == b, name
     assert resumed.level == straight.level == 2
+
+
+def test_a_harness_runs_levels_reach_its_tasks():
+    """A harness run's demonstrations at each level come from tasks of that level."""
+    harness = "agent.program=tests.gateway.harnesses:lookup_loop"
+    plan = train_plan(load_config(None, [*RECIPE, harness])).prepare
+    levels = start._levels(start.Demonstrations(plan.demonstrations), plan.curriculum)
+    assert [d.plan.harness.tasks.env_kwargs["hops"] for d in levels] == [4, 8, 16]
+    assert [d.plan.env.kwargs["hops"] for d in levels] == [4, 8, 16]
+    assert [d.plan.harness.tasks.task(3)[1]["env_kwargs"] for d in levels] == [
+        {"hops": 4}, {"hops": 8}, {"hops": 16}]
