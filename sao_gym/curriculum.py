@@ -19,7 +19,12 @@ it (:class:`Curriculum`):
   training success over the last ``window`` episodes played at the current
   level reaches ``promote_at``. An episode keeps the level it was admitted
   at; the rollout records it (``Rollout.metrics["curriculum_level"]``, the
-  level's index).
+  level's index);
+- RL moves **down** a level when the training success over a full window at
+  the current level falls below ``demote_below``: a policy whose episodes
+  stopped succeeding gets no reward and so no gradient back to success
+  (every return is 0), while one level down its episodes still succeed and
+  carry signal. It climbs again by the same rule as before.
 
 Evaluation always plays the run's own value, the top of the ladder. The
 state (the level, the window) is kept in the run's checkpoints, so a
@@ -113,6 +118,8 @@ class Curriculum:
         levels: the ladder, easiest first; the last is the run's own value.
         promote_at: the training success over ``window`` episodes at the current
             level that moves RL to the next one.
+        demote_below: the training success over ``window`` episodes at the current
+            level under which RL moves back to the previous one (0: never).
         window: episodes at the current level that the success is taken over.
         index: the current level's index.
 
@@ -123,6 +130,7 @@ class Curriculum:
     promote_at: float = 0.5
     window: int = 64
     index: int = 0
+    demote_below: float = 0.05
     _recent: collections.deque = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -131,6 +139,9 @@ class Curriculum:
             raise ValueError("a curriculum needs at least one level")
         if not 0 < self.promote_at <= 1:
             raise ValueError(f"promote_at must be in (0, 1], got {self.promote_at}")
+        if not 0 <= self.demote_below < self.promote_at:
+            raise ValueError(f"demote_below must be in [0, promote_at={self.promote_at}), "
+                             f"got {self.demote_below}")
         if self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window}")
         if not 0 <= self.index < len(self.levels):
@@ -155,25 +166,36 @@ class Curriculum:
         """``(index, env kwargs)`` of the current level: what an episode admitted now plays."""
         return self.index, self.kwargs()
 
-    def observe(self, rollouts: Iterable[Any]) -> bool:
-        """Count finished episodes; True when they moved the curriculum up a level.
+    def observe(self, rollouts: Iterable[Any]) -> int:
+        """Count finished episodes; the move they caused: +1 up a level, -1 down, 0 none.
 
         Only rollouts played at the current level count (their
-        ``metrics[LEVEL_METRIC]``); a success is a reward of at least 1.
+        ``metrics[LEVEL_METRIC]``); a success is a reward of at least 1. A move
+        needs a full window at the current level: up at ``promote_at`` or more
+        (not from the top), down under ``demote_below`` (not from the first).
         """
         for r in rollouts:
             if r.metrics.get(LEVEL_METRIC) == self.index:
                 self._recent.append(r.reward >= 1.0)
-        if self.top or len(self._recent) < self.window:
-            return False
-        if sum(self._recent) / len(self._recent) < self.promote_at:
-            return False
-        self.advance()
-        return True
+        if len(self._recent) < self.window:
+            return 0
+        success = sum(self._recent) / len(self._recent)
+        if success >= self.promote_at and not self.top:
+            self.advance()
+            return 1
+        if success < self.demote_below and self.index > 0:
+            self.retreat()
+            return -1
+        return 0
 
     def advance(self) -> None:
         """Move to the next level (no-op at the top) and forget the window."""
         self.index = min(self.index + 1, len(self.levels) - 1)
+        self._recent.clear()
+
+    def retreat(self) -> None:
+        """Move back to the previous level (no-op at the first) and forget the window."""
+        self.index = max(self.index - 1, 0)
         self._recent.clear()
 
     @property

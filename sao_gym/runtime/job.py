@@ -146,7 +146,8 @@ def train(plan: TrainPlan, run_dir: str | Path, *, resume: bool = False,
         c = plan.parts.curriculum
         say(f"curriculum: {c.knob} {' -> '.join(map(str, c.levels))}; RL begins at "
             f"{c.knob}={c.level!r} and moves up once {c.promote_at:.0%} of the last {c.window} "
-            f"episodes at a level succeed (evaluation plays {c.knob}={c.levels[-1]!r})")
+            f"episodes at a level succeed, back down under {c.demote_below:.0%} (evaluation "
+            f"plays {c.knob}={c.levels[-1]!r})")
     result: dict[str, Any] = {"run_dir": str(run_dir), "start_model": policy}
     episodes = plan.eval.episodes
     if episodes and not (run_dir / "eval_before.json").exists():

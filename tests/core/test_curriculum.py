@@ -50,18 +50,33 @@ def test_the_knobs_value_comes_from_kwargs_or_the_constructor_default():
 def test_promotion_needs_a_full_window_at_the_current_level():
     c = Curriculum("hops", (4, 8, 16), promote_at=0.5, window=4)
     assert c.current() == (0, {"hops": 4})
-    assert not c.observe([_rollout(0, 1.0)] * 3)  # 3 of a window of 4
+    assert c.observe([_rollout(0, 1.0)] * 3) == 0  # 3 of a window of 4
     assert c.metrics() == {"curriculum/level": 0.0, "curriculum/success": 1.0}
     assert not c.observe([_rollout(1, 1.0)] * 8)  # another level's episodes do not count
-    assert c.observe([_rollout(0, 0.0)])  # 3 of 4 succeed >= 0.5
+    assert c.observe([_rollout(0, 0.0)]) == 1  # 3 of 4 succeed >= 0.5
     assert c.current() == (1, {"hops": 8}) and c.success is None
     # below the bar it stays; the window slides
     assert not c.observe([_rollout(1, 0.0)] * 3 + [_rollout(1, 1.0)])
     assert c.success == 0.25
-    assert c.observe([_rollout(1, 1.0)])  # window now 0, 0, 1, 1
+    assert c.observe([_rollout(1, 1.0)]) == 1  # window now 0, 0, 1, 1
     assert c.top and c.level == 16
     assert not c.observe([_rollout(2, 1.0)] * 10)  # the top is the end
     assert c.index == 2
+
+
+def test_a_failing_window_moves_back_down_but_not_below_the_first_level():
+    c = Curriculum("hops", (4, 8, 16), promote_at=0.5, window=4, demote_below=0.3, index=2)
+    assert c.observe([_rollout(2, 0.0)] * 3) == 0  # a window not yet full
+    assert c.observe([_rollout(2, 1.0)]) == -1  # full: 1 of 4 = 0.25 < 0.3
+    assert c.index == 1 and c.success is None  # back to 8 hops, the window forgotten
+    c = Curriculum("hops", (4, 8, 16), promote_at=0.5, window=4, demote_below=0.3, index=2)
+    assert c.observe([_rollout(2, 0.0)] * 2 + [_rollout(2, 1.0)] * 2) == 0  # 0.5 at the top
+    assert c.observe([_rollout(2, 0.0)] * 3) == -1 and c.level == 8  # the last 4: 1 of 4
+    assert c.observe([_rollout(1, 1.0)] * 4) == 1 and c.level == 16  # and up again
+    first = Curriculum("hops", (4, 8), window=2, demote_below=0.3)
+    assert first.observe([_rollout(0, 0.0)] * 5) == 0 and first.index == 0  # nowhere to go
+    off = Curriculum("hops", (4, 8), window=2, demote_below=0.0, index=1)
+    assert off.observe([_rollout(1, 0.0)] * 5) == 0 and off.index == 1  # 0: never
 
 
 def test_state_round_trips_and_refuses_another_ladder():
@@ -79,7 +94,8 @@ def test_state_round_trips_and_refuses_another_ladder():
 
 
 def test_bad_settings_are_refused():
-    for kwargs in ({"promote_at": 0}, {"promote_at": 1.5}, {"window": 0}, {"index": 3}):
+    for kwargs in ({"promote_at": 0}, {"promote_at": 1.5}, {"window": 0}, {"index": 3},
+                   {"demote_below": -0.1}, {"demote_below": 0.5}):
         with pytest.raises(ValueError):
             Curriculum("hops", (4, 8, 16), **kwargs)
 

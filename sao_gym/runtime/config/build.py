@@ -133,7 +133,8 @@ def curriculum(config: TrainConfig) -> Curriculum | None:
         raise SetupError(f"curriculum: {e}") from None
     if len(climb) < 2:
         return None
-    return Curriculum(declared.knob, climb, promote_at=c.promote_at, window=c.window)
+    return Curriculum(declared.knob, climb, promote_at=c.promote_at, window=c.window,
+                      demote_below=c.demote_below)
 
 
 def learner_factory(config: TrainConfig) -> LearnerFactory:

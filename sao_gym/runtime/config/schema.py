@@ -236,6 +236,10 @@ class CurriculumConfig:
     """RL moves up a level once the training success over ``window`` episodes at the
     current level reaches this. (The warm start moves up once its held-out check
     passes the warm start's own target.)"""
+    demote_below: float = 0.05
+    """RL moves back down a level once the training success over ``window`` episodes at
+    the current level falls below this (0: never): a collapsed policy, whose episodes
+    all fail, gets no gradient at its level, and one level down it still succeeds."""
     window: int = 64
     """Episodes at the current level the training success is taken over."""
     knob: str | None = None
@@ -247,6 +251,9 @@ class CurriculumConfig:
         _at_least(self, 1, "window")
         if not 0 < self.promote_at <= 1:
             raise ConfigError(f"curriculum.promote_at must be in (0, 1], got {self.promote_at}")
+        if not 0 <= self.demote_below < self.promote_at:
+            raise ConfigError(f"curriculum.demote_below must be in [0, promote_at="
+                              f"{self.promote_at}), got {self.demote_below}")
         if self.levels is not None and (not isinstance(self.levels, list) or not self.levels):
             raise ConfigError(f"curriculum.levels must be a non-empty list or null, got "
                               f"{self.levels!r}")

@@ -247,10 +247,16 @@ class Trainer:
         metrics.update(self._rates(time.monotonic()))
         metrics.update(backend_counters(self.backend))
         if self.curriculum is not None:
-            if self.curriculum.observe(trainable):
+            c = self.curriculum
+            moved = c.observe(trainable)
+            if moved > 0:
                 logger.info("step %d: the curriculum moves up to %s=%r (level %d of %d)", step,
-                            self.curriculum.knob, self.curriculum.level,
-                            self.curriculum.index + 1, len(self.curriculum.levels))
+                            c.knob, c.level, c.index + 1, len(c.levels))
+            elif moved < 0:
+                logger.warning("step %d: under %.0f%% of the last %d episodes succeeded; the "
+                               "curriculum moves back down to %s=%r (level %d of %d)", step,
+                               100 * c.demote_below, c.window, c.knob, c.level, c.index + 1,
+                               len(c.levels))
             metrics.update(self.curriculum.metrics())
         metrics.update({
             "policy_version": float(version),

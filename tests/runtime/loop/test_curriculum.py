@@ -27,7 +27,7 @@ class Saved:
         return Path(f"step_{step}")
 
 
-async def _run(group_size: int):
+async def _run(group_size: int, demote_below: float = 0.0):
     played: list[tuple[int, int]] = []  # (task seed, hops)
 
     async def play(seed: int, sample_seed: int = 0, env_kwargs=None) -> Rollout:
@@ -38,7 +38,8 @@ async def _run(group_size: int):
                        StopReason.TERMINATED, False, [], "x", str(seed), seed,
                        metrics={"hops": float(hops)})
 
-    curriculum = Curriculum("hops", (4, 8, 16), promote_at=0.5, window=8)
+    curriculum = Curriculum("hops", (4, 8, 16), promote_at=0.5, window=8,
+                            demote_below=demote_below)
     source = RolloutSource(play, batch_size=4, group_size=group_size, concurrency=6,
                            max_staleness=1, difficulty=curriculum.current)
     learner = FakeLearner(random.Random(0))
@@ -77,6 +78,25 @@ async def test_the_level_rises_with_training_success_and_is_checkpointed(group_s
         s["curriculum"]["index"] for s in saved.states)
 
 
+async def test_a_level_whose_episodes_stop_succeeding_sends_rl_back_down(caplog):
+    """At 16 hops nothing succeeds (a collapse): with ``demote_below`` RL goes back to 8 hops,
+    where half succeed, once a full window at 16 has failed, and climbs again from there."""
+    with caplog.at_level("WARNING", logger="sao_gym.runtime.loop.trainer"):
+        curriculum, learner, sink, _, _ = await _run(1, demote_below=0.25)
+    logged = [m["curriculum/level"] for _, m in sink.rows]
+    drops = [i for i in range(1, len(logged)) if logged[i] < logged[i - 1]]
+    assert drops and all(logged[i - 1] == 2.0 and logged[i] == 1.0 for i in drops)
+    warned = [r.getMessage() for r in caplog.records if "moves back down" in r.getMessage()]
+    assert len(warned) == len(drops) and "hops=8" in warned[0]
+    # each drop came after a full window (8 episodes) at 16 hops had all failed
+    first = drops[0]
+    at_16 = [r for b in learner.batches[:first + 1] for r in b if r.metrics[LEVEL_METRIC] == 2]
+    assert len(at_16) >= 8 and all(r.reward == 0.0 for r in at_16)
+    # after the drop, episodes are admitted at 8 hops again
+    later = [r.metrics[LEVEL_METRIC] for b in learner.batches[first + 2:] for r in b]
+    assert 1.0 in later
+
+
 def test_a_placement_continues_at_its_checkpoints_level(tmp_path):
     from sao_gym.runtime.parts import RunParts
 
@@ -98,3 +118,18 @@ def test_a_placement_continues_at_its_checkpoints_level(tmp_path):
     assert template.index == 0  # the template is never changed
     (checkpoint / "trainer.json").write_text(json.dumps({"step": 5, "next_seed": 9}))
     assert parts.climb(checkpoint).index == 0  # a checkpoint from before the curriculum
+
+
+def test_the_config_sets_the_demotion_floor():
+    from sao_gym.runtime.config.build import train_plan
+    from sao_gym.runtime.config.loader import load_config, recipe_path
+    from sao_gym.runtime.config.schema import ConfigError
+
+    base = ["env=sao_gym/KeyChain-v0", "env_kwargs={hops: 16}", "model=tiny"]
+    parts = train_plan(load_config(None, [*base, "curriculum={demote_below: 0.1}"])).parts
+    assert parts.curriculum.demote_below == 0.1 and parts.curriculum.levels == (4, 8, 16)
+    recipe = train_plan(load_config(recipe_path("cpu"), base)).parts.curriculum
+    assert recipe.demote_below == 0.05  # the CPU recipe's floor
+    for bad in ("-0.1", "0.5", "0.9"):  # must lie in [0, promote_at = 0.5)
+        with pytest.raises(ConfigError, match="demote_below"):
+            load_config(None, [*base, f"curriculum={{demote_below: {bad}}}"])
