@@ -1,4 +1,4 @@
-"""Process plumbing shared by the side-by-side benchmarks (vs_trl.py, vs_trl_tools.py).
+"""Process plumbing shared by the benchmarks that train (vs_trl*.py, own_envs.py, keychain_curriculum.py).
 
 Each side trains in a worker process of its own (so it has the whole CPU and its
 peak RSS is its own): :func:`child_env` is that process's environment (thread
@@ -8,8 +8,10 @@ output in a log file; the rest are small I/O helpers.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import resource
 import subprocess
 import time
@@ -88,3 +90,25 @@ def loop_seconds(records: list[dict[str, Any]]) -> float:
             total += last
         last = t
     return total + last
+
+
+KEPT = ("config.yaml", "eval_before.json", "eval_after.json")
+"""A finished ``sao-gym train`` run's files that :func:`keep_run` copies as they are."""
+
+
+def keep_run(run: Path, kept: Path, log: Path, wall_s: float, command: str) -> None:
+    """Keep a finished ``sao-gym train`` run's small files in ``kept``: its config, both
+    evaluations, the warm start's record, gzipped metrics, the command's output (``log``,
+    as ``train.log``) and ``wall.json`` (the wall time and ``command``)."""
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        shutil.copy(run / name, kept / name)
+    warm = run / "model" / "warm_start" / "warm_start.json"
+    if warm.exists():
+        shutil.copy(warm, kept / "warm_start.json")
+    shutil.copy(log, kept / "train.log")
+    with (run / "metrics.jsonl").open("rb") as f, (kept / "metrics.jsonl.gz").open("wb") as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
+        shutil.copyfileobj(f, g)
+    (kept / "wall.json").write_text(json.dumps({"wall_s": round(wall_s, 1), "command": command},
+                                               indent=1) + "\n")

@@ -20,7 +20,6 @@ draws the results table from them. A run whose files are there is skipped.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -29,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from _runs import keep_run
+
 ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "docs" / "data" / "own_envs"
 IDS = {"warehouse": (ENVS, "own/Warehouse-v0", []),
@@ -36,7 +37,6 @@ IDS = {"warehouse": (ENVS, "own/Warehouse-v0", []),
        "new_env": (ROOT / "examples", "examples/GuessNumber-v0", ["env_kwargs={high: 8}"])}
 """Module -> (its folder, the id it registers, the command's other settings). ``new_env`` is
 docs/new_env.md's own example, trained with the command that page shows."""
-KEPT = ("config.yaml", "eval_before.json", "eval_after.json")
 
 
 def run_one(out: Path, module: str, seed: int) -> Path:
@@ -59,16 +59,8 @@ def run_one(out: Path, module: str, seed: int) -> Path:
     if done.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {done.returncode}); see "
                            f"{run.parent / f'seed{seed}.log'}")
-    kept.mkdir(parents=True, exist_ok=True)
-    for name in KEPT:
-        shutil.copy(run / name, kept / name)
-    shutil.copy(run / "model" / "warm_start" / "warm_start.json", kept / "warm_start.json")
-    shutil.copy(run.parent / f"seed{seed}.log", kept / "train.log")  # the command's output
-    with (run / "metrics.jsonl").open("rb") as f, (kept / "metrics.jsonl.gz").open("wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as g:
-        shutil.copyfileobj(f, g)
-    (kept / "wall.json").write_text(json.dumps({"wall_s": round(wall, 1), "command": " ".join(
-        [f"PYTHONPATH={folder.relative_to(ROOT)}", "sao-gym", *cmd[1:-2]])}, indent=1) + "\n")
+    keep_run(run, kept, run.parent / f"seed{seed}.log", wall, " ".join(
+        [f"PYTHONPATH={folder.relative_to(ROOT)}", "sao-gym", *cmd[1:-2]]))
     return kept
 
 
