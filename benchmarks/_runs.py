@@ -1,4 +1,5 @@
-"""Process plumbing shared by the benchmarks that train (vs_trl*.py, own_envs.py, keychain_curriculum.py).
+"""Process plumbing shared by the benchmarks that train (vs_trl*.py, own_envs.py and
+keychain_curriculum.py).
 
 Each side trains in a worker process of its own (so it has the whole CPU and its
 peak RSS is its own): :func:`child_env` is that process's environment (thread
@@ -11,8 +12,8 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
 import resource
+import shutil
 import subprocess
 import time
 from pathlib import Path

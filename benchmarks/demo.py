@@ -9,11 +9,14 @@ environment options and turn limit: `OUT/seedN/eval_before.json` and
 `eval_after.json`. The gain is the second success rate minus the first, with
 its 95% interval. Prints a table, writes comparison plots of all seeds
 (`sao-gym plot`) under OUT/plots, and ends with one JSON line: per-seed
-numbers and the medians.
+numbers (the training loop's own seconds, ``loop_s``, beside the whole job's)
+and the medians. ``--json PATH`` also writes that line and how the script ran
+(``_record.py``).
 
 Run (on a quiet machine, seeds in sequence so each has the whole CPU)::
 
-    .venv/bin/python benchmarks/demo.py --seeds 0 1 2 3 4 --out runs/demo-bench
+    .venv/bin/python benchmarks/demo.py --seeds 0 1 2 3 4 --out runs/demo-bench \
+        --json docs/data/demo_seeds01234/summary.json
 
 With ``--set env=MODULE:ID`` it measures the generic CPU recipe on any
 environment instead (``sao-gym train --set env=...`` with no config: the
@@ -33,6 +36,9 @@ import sys
 import time
 from pathlib import Path
 
+from _record import write_record
+from _runs import loop_seconds
+
 SAO_GYM = str(Path(sys.executable).with_name("sao-gym"))
 
 
@@ -46,6 +52,7 @@ def sao_gym(*args: str) -> str:
 
 def run_seed(seed: int, out: Path, overrides: list[str]) -> dict:
     from sao_gym.evaluation import summary_gain
+    from sao_gym.logging import read_metrics
 
     run_dir = out / f"seed{seed}"
     if (run_dir / "metrics.jsonl").exists():
@@ -58,7 +65,8 @@ def run_seed(seed: int, out: Path, overrides: list[str]) -> dict:
                      for w in ("before", "after"))
     b, a = before["success_rate"], after["success_rate"]
     _, lo, hi = summary_gain(before, after)
-    row = {"seed": seed, "train_wall_s": round(wall, 1), "start_success": b,
+    row = {"seed": seed, "train_wall_s": round(wall, 1),
+           "loop_s": round(loop_seconds(read_metrics(run_dir)), 1), "start_success": b,
            "final_success": a, "gain": round(a - b, 4),
            "gain_interval": [round(lo, 4), round(hi, 4)], "episodes": after["episodes"]}
     print(f"seed {seed}: train {wall / 60:.1f} min, success {b:.3f} (warm start) -> "
@@ -74,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True, help="run dirs land in OUT/seedN")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="passed to sao-gym train")
+    p.add_argument("--json", help="also write the summary (the last line) here")
     args = p.parse_args(argv)
     rows = [run_seed(seed, args.out, args.set) for seed in args.seeds]
     runs = [str(args.out / f"seed{s}") for s in args.seeds]
@@ -88,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{max(r['train_wall_s'] for r in rows) / 60:.1f} min")
     for path in plots:
         print(f"plot: {path}")
-    print(json.dumps({"runs": rows, "median": median, "plots": plots}))
+    summary = {"runs": rows, "median": median, "plots": plots}
+    print(json.dumps(summary))
+    if args.json:
+        write_record(args.json, {**summary, "overrides": args.set})
 
 
 if __name__ == "__main__":

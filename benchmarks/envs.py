@@ -22,7 +22,10 @@ Run (local bubblewrap sandboxes)::
     .venv/bin/python benchmarks/envs.py --episodes 32
     .venv/bin/python benchmarks/envs.py --envs CoqProof --sandbox docker
 
-Ends with one JSON line holding every number.
+Ends with one JSON line holding every number; ``--json PATH`` also writes them
+with every reset's and step's time and how the script ran (``_record.py``):
+
+    .venv/bin/python benchmarks/envs.py --episodes 32 --json docs/data/envs_local.json
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
+
+from _record import write_record
 
 import sao_gym
 
@@ -122,6 +127,7 @@ async def bench_env(name: str, episodes: int, sandbox: str, seed: int) -> dict[s
         "episodes_per_s": round(episodes / wall, 2), "wall_s": round(wall, 2),
         "solved_rate": sum(r >= 1.0 for r in rewards) / episodes,
         **{k: quantiles(v) for k, v in times.items()},
+        "times_ms": {k: [round(1000 * x, 3) for x in v] for k, v in times.items()},
     }
 
 
@@ -132,6 +138,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=32, help="episodes, all running at once")
     ap.add_argument("--sandbox", default="local", help="local or docker")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the results and every timing here")
     args = ap.parse_args()
     results = {}
     for name in args.envs:
@@ -141,7 +148,10 @@ def main() -> None:
               f"step median {r['step']['median_ms']:8.1f} ms  p95 {r['step']['p95_ms']:8.1f} ms  "
               f"reset median {r['reset']['median_ms']:7.1f} ms  solved {r['solved_rate']:.2f}",
               flush=True)
-    print(json.dumps(results))
+    print(json.dumps({name: {k: v for k, v in r.items() if k != "times_ms"}
+                      for name, r in results.items()}))
+    if args.json:
+        write_record(args.json, {"sandbox": args.sandbox, "seed": args.seed, "envs": results})
 
 
 if __name__ == "__main__":

@@ -1,12 +1,15 @@
 """HFBackend throughput: N concurrent requests (batched) vs the same requests one at a time.
 
 Usage:
-    .venv/bin/python benchmarks/hf_backend.py --requests 16 --new-tokens 64 --repeats 5
+    .venv/bin/python benchmarks/hf_backend.py --requests 16 --new-tokens 64 --repeats 5 \
+        --json docs/data/hf_backend_batching.json
 
 Both modes run in the same process on the same backend, alternating in every
 repeat, so machine noise hits both alike; the script reports each repeat,
 the medians and their ratio. Every request samples (temperature 1, top-p 1)
 exactly ``--new-tokens`` tokens (no stop tokens), from distinct prompts.
+``--json PATH`` also writes every repeat, the medians, the decode steps by
+batch size and how the script ran (``_record.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import tempfile
 import time
 
 import torch
+from _record import write_record
 
 from sao_gym.inference import HFBackend
 from sao_gym.models import tiny_model
@@ -53,6 +57,7 @@ async def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--model", default=None, help="checkpoint dir (default: a fresh tiny_model)")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--json", help="also write the raw results here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -87,6 +92,16 @@ async def main() -> None:
         f"(median of per-repeat ratios {statistics.median(ratios):.2f}x)"
     )
     print(f"decode steps by batch size: {dict(sorted(sizes.items()))}")
+    if args.json:
+        write_record(args.json, {
+            "settings": {k: getattr(args, k) for k in ("requests", "new_tokens",
+                                                       "prompt_tokens", "repeats", "dtype")}
+            | {"model": args.model or "tiny_model"},
+            "repeats": [{"batched_tok_s": b, "sequential_tok_s": s, "ratio": b / s}
+                        for b, s in zip(batched, sequential, strict=True)],
+            "median": {"batched_tok_s": mb, "sequential_tok_s": ms, "ratio_of_medians": mb / ms,
+                       "median_of_ratios": statistics.median(ratios)},
+            "decode_steps_by_batch_size": {str(k): v for k, v in sorted(sizes.items())}})
 
 
 if __name__ == "__main__":

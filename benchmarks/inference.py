@@ -21,7 +21,10 @@ in-process copy (hf), and for servers the whole path (write safetensors +
 pause/reload/version/resume) and its publish part alone.
 
 Run: .venv/bin/python benchmarks/inference.py --vllm-python .venv-vllm/bin/python \
-        --out runs/bench-inference.json
+        --out docs/data/inference.json
+
+``--out`` writes every run (tokens/s of each repeat, each weight sync's time)
+beside the medians, and how the script ran (``_record.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+from _record import write_record
 
 from sao_gym.inference.launch import LocalServers
 from sao_gym.inference.vllm_server import VLLMServerBackend, completion_body
@@ -80,13 +84,14 @@ async def bare_run(url: str, ps: list[list[int]], tokens: int) -> tuple[float, f
         return _rates(n, t, cpu)
 
 
-async def time_update(backend, weights, repeats: int) -> float:
+async def time_update(backend, weights, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` weight updates."""
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         await backend.update_weights(weights, backend.policy_version + 1)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return times
 
 
 async def bench_hf(path: str, conc: list[int], tokens: int, repeats: int, vocab: int) -> dict:
@@ -99,9 +104,10 @@ async def bench_hf(path: str, conc: list[int], tokens: int, repeats: int, vocab:
         for c in conc:
             runs = [(await backend_run(backend, prompts(c, vocab), tokens))[0]
                     for _ in range(repeats)]
-            out[str(c)] = {"hf": statistics.median(runs)}
+            out[str(c)] = {"hf": statistics.median(runs), "hf_runs": runs}
         weights = {k: v.clone() for k, v in backend.model.state_dict().items()}
-        out["update_s"] = await time_update(backend, weights, repeats)
+        out["update_runs"] = await time_update(backend, weights, repeats)
+        out["update_s"] = statistics.median(out["update_runs"])
         return out
     finally:
         await backend.aclose()
@@ -130,7 +136,9 @@ async def bench_server(urls: list[str], path: str, conc: list[int], tokens: int,
                 "overhead": med(1 - o / b for (o, _), (b, _) in zip(ours, bare, strict=True)),
                 "client_cpu_ms_per_1k": {"backend": med(c for _, c in ours),
                                          "bare": med(c for _, c in bare)},
-                "backend_runs": [o for o, _ in ours], "bare_runs": [b for b, _ in bare]}
+                "backend_runs": [o for o, _ in ours], "bare_runs": [b for b, _ in bare],
+                "client_cpu_ms_per_1k_runs": {"backend": [c for _, c in ours],
+                                              "bare": [c for _, c in bare]}}
         weights = load_weights_dir(path)
         publisher = WeightsPublisher(work / "pub")
         pub = []
@@ -138,8 +146,9 @@ async def bench_server(urls: list[str], path: str, conc: list[int], tokens: int,
             t = time.perf_counter()
             publisher.publish(weights, v)
             pub.append(time.perf_counter() - t)
-        out["publish_s"] = statistics.median(pub)
-        out["update_s"] = await time_update(backend, weights, repeats)
+        out["publish_s"], out["publish_runs"] = statistics.median(pub), pub
+        out["update_runs"] = await time_update(backend, weights, repeats)
+        out["update_s"] = statistics.median(out["update_runs"])
         return out
     finally:
         await backend.aclose()
@@ -162,14 +171,18 @@ def model_info(path: str) -> dict:
 
 
 def resolve(name: str, work: Path) -> str:
+    """A checkpoint of ``name``; ``tiny`` is the demo's (its recipe's ``model_options``)."""
     from sao_gym.models import resolve_model
+    from sao_gym.runtime.config.loader import load_recipe
 
-    return resolve_model(name, work / name, 0)
+    options = load_recipe("demo").model_options if name == "tiny" else None
+    return resolve_model(name, work / name, 0, options=options)
 
 
 async def main_async(args: argparse.Namespace) -> dict:
     conc = [int(c) for c in args.concurrency.split(",")]
-    results: dict = {"tokens": args.tokens, "repeats": args.repeats, "models": {}}
+    results: dict = {"tokens": args.tokens, "repeats": args.repeats, "concurrency": conc,
+                     "models": {}}
     work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
     for name in args.models.split(","):
         path = resolve(name, work)
@@ -239,8 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     results = asyncio.run(main_async(args))
     report(results)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(results, indent=1))
+        write_record(args.out, results)
     return 0
 
 

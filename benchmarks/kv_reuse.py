@@ -12,17 +12,22 @@ reuse, none, ...) so machine noise hits both alike.
 Per row: wall seconds per episode (median), tokens prefilled per turn (mean),
 reused tokens per turn, and the speed-up of reuse at the median.
 
-Run: .venv/bin/python benchmarks/kv_reuse.py --model smollm2 --turns 32 --episodes 3
+Run: .venv/bin/python benchmarks/kv_reuse.py --model smollm2 --turns 32 --episodes 3 \
+        --json docs/data/kv_reuse_smollm2.json
+
+``--json`` writes every episode of both rows, the medians and how the script
+ran (``_record.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import tempfile
 import time
+
+from _record import write_record
 
 
 async def episode(backend, tokenizer, seed: int, turns: int, max_new_tokens: int) -> dict:
@@ -91,8 +96,8 @@ def main() -> None:
     args = ap.parse_args()
     out = asyncio.run(run(args))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+        write_record(args.json, {"settings": {k: getattr(args, k) for k in (
+            "model", "turns", "episodes", "max_new_tokens")}, **out})
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ tens of times slower and is not timed).
 
 Run: .venv/bin/python benchmarks/learner.py --rollouts 64 --length 128 --repeats 5
 
+``--json PATH`` also writes every repeat's time per row, the medians, the bf16
+error, the peak RSS and how the script ran (``_record.py``).
+
 ``--scale`` measures the learner at scale instead (``benchmarks/learner_scale.py``):
 full fine-tuning vs LoRA vs gradient checkpointing vs 2 FSDP ranks on
 SmolLM2-135M (``--model``: a checkpoint directory, or ``smollm2``), each row's
@@ -38,6 +41,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from _record import write_record
 
 from sao_gym.learner.batching import micro_batches
 from sao_gym.learner.learner import LearnerConfig, build_learner, native_bf16
@@ -105,7 +109,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=4096, help="--scale: tokens per micro-batch")
     ap.add_argument("--steps", type=int, default=2, help="--scale: learner steps per row")
     ap.add_argument("--rows", nargs="+", default=["full", "lora", "ckpt", "fsdp2"])
-    ap.add_argument("--json", help="--scale: also write the results to this file")
+    ap.add_argument("--json", help="also write the raw results to this file")
     args = ap.parse_args()
     if args.scale:
         scale(args)
@@ -158,11 +162,17 @@ def main() -> None:
           f"max {worst:.4f}, mean {mean:.5f}")
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {rss_mb:.0f} MB")
+    if args.json:
+        write_record(args.json, {
+            "settings": {k: getattr(args, k) for k in ("rollouts", "length", "repeats",
+                                                       "max_tokens", "hidden", "layers")},
+            "tokens": tokens, "native_bf16": native_bf16(), "times_s": times,
+            "median_s": med, "bf16_logprob_error": {"max": worst, "mean": mean},
+            "peak_rss_mb": round(rss_mb, 1)})
 
 
 def scale(args: argparse.Namespace) -> None:
     """``--scale``: the rows of ``benchmarks/learner_scale.py`` in one run."""
-    import json
     import sys
     from pathlib import Path
 
@@ -174,7 +184,7 @@ def scale(args: argparse.Namespace) -> None:
     model = smollm2(tempfile.mkdtemp() + "/smollm2") if args.model == "smollm2" else args.model
     result = run(model, args.tokens, args.steps, args.rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        write_record(args.json, result)
 
 
 if __name__ == "__main__":

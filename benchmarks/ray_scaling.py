@@ -11,8 +11,9 @@ workers' episodes is the single-process trainer at equal concurrency.
 Throughput: trajectories per second of the training loop (actor and model
 start-up excluded). Runs alternate (``--repeats``), medians are reported.
 
-Run: .venv/bin/python benchmarks/ray_scaling.py --repeats 3
-Last line: one JSON object with every number.
+Run: .venv/bin/python benchmarks/ray_scaling.py --repeats 3 --json docs/data/ray_scaling/seed0.json
+Last line: one JSON object with every number; ``--json PATH`` also writes it with
+the settings and how the script ran (``_record.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import json
 import statistics
 import tempfile
 from pathlib import Path
+
+from _record import write_record
 
 BASE = [
     "env=sao_gym/HeavyTail-v0",
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--set", action="append", default=[], help="extra config overrides")
+    parser.add_argument("--json", help="also write every run and the settings here")
     args = parser.parse_args()
 
     from sao_gym.models import tiny_model
@@ -84,6 +88,11 @@ def main() -> None:
                                         if "ray_2" in med else None),
               "episodes_per_worker": epw, "trajectories": args.steps * args.batch}
     print(json.dumps(result))
+    if args.json:
+        write_record(args.json, {**result, "settings": {
+            "workers": args.workers, "steps": args.steps, "batch": args.batch,
+            "repeats": args.repeats, "overrides": [*BASE, *args.set],
+            "seed": base.seed, "learner_threads": base.ray.learner_threads}})
 
 
 if __name__ == "__main__":

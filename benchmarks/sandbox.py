@@ -13,6 +13,9 @@ machine noise hits every case alike):
   (target < 100 ms), when a Docker daemon and the sandbox image are available;
 * ``floor: spawn true``: ``asyncio.create_subprocess_exec("true")`` with no
   sandbox at all, the cost every backend pays to start a process from asyncio.
+
+``--json PATH`` also writes every sample (ms), each case's median, p10 and p90
+and how the script ran (``_record.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import logging
 import statistics
 import time
 from collections.abc import Awaitable, Callable
+
+from _record import write_record
 
 from sao_gym.sandbox.local import LocalSandbox
 
@@ -55,6 +60,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--repeats", type=int, default=200, help="samples per case")
     ap.add_argument("--no-docker", action="store_true", help="skip DockerSandbox")
+    ap.add_argument("--json", help="also write every sample and the summary here")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -93,11 +99,16 @@ async def main() -> None:
             await docker.aclose()
 
     print(f"{'case':<20} {'median ms':>10} {'p10':>8} {'p90':>8}  target")
+    summary = {}
     for name, values in samples.items():
         q, median = statistics.quantiles(values, n=10), statistics.median(values)
+        summary[name] = {"median_ms": median, "p10_ms": q[0], "p90_ms": q[-1]}
         target = TARGETS_MS.get(name)
         verdict = "" if target is None else f"< {target} ms: {'ok' if median < target else 'MISS'}"
         print(f"{name:<20} {median:>10.2f} {q[0]:>8.2f} {q[-1]:>8.2f}  {verdict}")
+    if args.json:
+        write_record(args.json, {"repeats": args.repeats, "docker": docker is not None,
+                                 "summary": summary, "samples_ms": samples})
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ Reports RSS at step 100 and at the end, the growth after step 100 (the peak
 after step 100 over the value at step 100), and the
 number of non-finite metric values logged (JSON nulls in metrics.jsonl).
 
-Run: .venv/bin/python benchmarks/soak.py --steps 1000
+``--json PATH`` also writes the RSS after every step and how the script ran
+(``_record.py``).
+
+Run: OMP_NUM_THREADS=1 .venv/bin/python benchmarks/soak.py --steps 1000 --json docs/data/soak.json
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import math
 import tempfile
 import time
 from pathlib import Path
+
+from _record import write_record
 
 from sao_gym.logging import read_metrics
 from sao_gym.models import COMPACT_TOOLS_TEMPLATE, tiny_model
@@ -49,6 +54,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--hidden-size", type=int, default=128, help="tiny model width (the demo's)")
     ap.add_argument("--num-layers", type=int, default=2)
+    ap.add_argument("--json", help="also write the result and every RSS sample here")
     args = ap.parse_args()
     root = Path(args.out or tempfile.mkdtemp(prefix="sao-soak-"))
     model = tiny_model(str(root / "model"), hidden_size=args.hidden_size,
@@ -78,6 +84,11 @@ def main() -> None:
         "run_dir": str(root / "run"),
     }
     print(json.dumps(result))
+    if args.json:
+        write_record(args.json, {
+            **result, "settings": {k: getattr(args, k) for k in (
+                "steps", "batch_size", "hidden_size", "num_layers")},
+            "rss_mb_by_step": [[step, round(mb, 1)] for step, mb in probe.samples]})
 
 
 if __name__ == "__main__":

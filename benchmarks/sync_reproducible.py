@@ -8,11 +8,13 @@ run samples). Reports, per round, how many tensors of the final checkpoint's lea
 (policy, critic, both optimizers) differ between the two default runs and
 between a default run and the batched one, whether their per-step metrics
 (timings aside) agree, and the training loop's trajectories per second of
-each; ends with one JSON line (medians over rounds).
+each; ends with one JSON line (medians over rounds). ``--json PATH`` also writes
+it with each run's steps/s and wall time, and how the script ran (``_record.py``).
 
 Run (the demo recipe, its warm start cut short; other envs with ``--set``)::
 
-    .venv/bin/python benchmarks/sync_reproducible.py --out runs/sync-repro
+    .venv/bin/python benchmarks/sync_reproducible.py --out runs/sync-repro \
+        --json docs/data/sync_reproducible/demo.json
     .venv/bin/python benchmarks/sync_reproducible.py --out runs/sync-repro-ht \
         --set env=sao_gym/HeavyTail-v0 --set "env_kwargs={latency_median_s: 0.01}"
 """
@@ -26,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from _record import write_record
 from _runs import child_env, run_logged, say
 
 TIMING = ("time/", "perf/", "learner/step_time_s", "learner/policy_time_s",
@@ -65,6 +68,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", help="also write the summary and every run's speed here")
     args = parser.parse_args()
     sets = [*DEFAULTS, f"seed={args.seed}", *args.set]
     rounds = []
@@ -85,7 +89,8 @@ def main() -> None:
                "metrics_equal_a_b": runs["a"]["rows"] == runs["b"]["rows"],
                "differ_a_batched": vs_batched,
                "steps_per_s_invariant": statistics.median([speed["a"], speed["b"]]),
-               "steps_per_s_batched": speed["batched"]}
+               "steps_per_s_batched": speed["batched"], "steps_per_s": speed,
+               "wall_s": {n: round(r["wall_s"], 1) for n, r in runs.items()}}
         row["batched_over_invariant"] = row["steps_per_s_batched"] / row["steps_per_s_invariant"]
         say(json.dumps(row))
         rounds.append(row)
@@ -94,6 +99,8 @@ def main() -> None:
     summary.update(rounds=rounds, all_identical=all(r["differ_a_b"] == 0 and r["metrics_equal_a_b"]
                                                     for r in rounds), config=sets)
     print(json.dumps(summary))
+    if args.json:
+        write_record(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,12 @@ cold index) and measures:
   (``in_page_*``: ``performance.now()`` when drawn, from the navigation's start).
 
 Medians and the spread are printed and written to ``OUT/summary.json``, with
-the measured bytes per token of the records.
+the measured bytes per token of the records; ``--json PATH`` also writes them
+with every repeat's times (seconds), the settings and how the script ran
+(``_record.py``).
 
-    .venv/bin/python benchmarks/viewer_scale.py --out runs/viewer-scale
+    .venv/bin/python benchmarks/viewer_scale.py --out runs/viewer-scale --repeats 7 \
+        --json docs/data/viewer_scale.json
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _record import write_record  # noqa: E402
 
 from sao_gym.rollout_store import ROLLOUTS_DIR, RolloutReader, RolloutWriter  # noqa: E402
 from sao_gym.types import Rollout, StopReason  # noqa: E402
@@ -113,7 +118,8 @@ def storage(run: Path, long_id: int) -> dict:
             "long_rollout_bytes_per_token": round(long_entry["len"] / long_entry["tokens"], 1)}
 
 
-def measure(run: Path, long_id: int, repeats: int, browser: bool) -> dict:
+def measure(run: Path, long_id: int, repeats: int, browser: bool) -> dict[str, list[float]]:
+    """Seconds of every repeat of each measurement (the browser's only with ``browser``)."""
     from tests.viewer.helpers import Viewer, chromium
 
     out: dict[str, list[float]] = {k: [] for k in (
@@ -153,8 +159,7 @@ def measure(run: Path, long_id: int, repeats: int, browser: bool) -> dict:
     finally:
         if driver is not None:
             driver.quit()
-    return {k: {"median": round(statistics.median(v), 4), "min": round(min(v), 4),
-                "max": round(max(v), 4), "n": len(v)} for k, v in out.items() if v}
+    return {k: v for k, v in out.items() if v}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,13 +170,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--long-tokens", type=int, default=4000, help="tokens of the long one")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-browser", action="store_true", help="measure the API only")
+    p.add_argument("--json", help="also write the summary and every repeat's times here")
     args = p.parse_args(argv)
     run = Path(args.out)
     long_id = build(run, args.rollouts, args.tokens, args.long_tokens)
-    summary = {"storage": storage(run, long_id),
-               "timings": measure(run, long_id, args.repeats, not args.no_browser)}
+    times = measure(run, long_id, args.repeats, not args.no_browser)
+    summary = {"storage": storage(run, long_id), "timings": {
+        k: {"median": round(statistics.median(v), 4), "min": round(min(v), 4),
+            "max": round(max(v), 4), "n": len(v)} for k, v in times.items()}}
     print(json.dumps(summary, indent=2))
     (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    if args.json:
+        write_record(args.json, {**summary, "times_s": times, "settings": {
+            k: getattr(args, k) for k in ("rollouts", "tokens", "long_tokens", "repeats")}})
 
 
 if __name__ == "__main__":

@@ -92,6 +92,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+from _record import provenance
 from _runs import child_env, peak_rss_mb, read_json, run_logged, say, torch_threads, write_json
 from vs_trl_task import MAX_NEW_TOKENS, make_task, score, split_size, split_task, split_tasks
 
@@ -538,7 +539,7 @@ def report(args: argparse.Namespace, warm: dict[str, Any], trl: dict[str, Any],
     write_json(args.out / f"results{tag}.json", {
         "settings": settings, "warm_start": {k: v for k, v in warm.items() if k != "eval"},
         "accuracy_before": warm["eval"]["accuracy"], "trl": trl, "sao": sao,
-        "targets": targets, "sweep": sweep})
+        "targets": targets, "sweep": sweep, "provenance": provenance()})
     (args.out / f"table{tag}.md").write_text(text)
     print("\n" + text, flush=True)
     say(f"wrote {args.out / f'results{tag}.json'} and {args.out / f'table{tag}.md'}")

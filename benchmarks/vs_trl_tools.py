@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+from _record import provenance
 from _runs import child_env, peak_rss_mb, read_json, run_logged, say, torch_threads, write_json
 from vs_trl_tools_warm import warm_start
 
@@ -500,7 +501,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     settings = {**cfg, "lr": args.lr, "sao_concurrency": args.sao_concurrency,
                 "threads": args.threads, "smoke": args.smoke}
     results = {"settings": settings, "warm_start": warm, "trl": trl, "sao": sao, "runs": runs,
-               "ratio": ratio, "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO}
+               "ratio": ratio, "target": TARGET_RATIO, "target_met": ratio >= TARGET_RATIO,
+               "provenance": provenance()}
     write_json(args.out / "results.json", results)
     (args.out / "table.md").write_text(text)
     print("\n" + text, flush=True)
