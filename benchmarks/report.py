@@ -660,6 +660,23 @@ def vs_trl_finals() -> str:
     return "\n".join(lines)
 
 
+def vs_trl_single_turn() -> str:
+    """TRL's single-turn task from the plain-SFT warm start (docs/data/vs_trl_plain/): a row
+    per trainer run, SAO with its full-size critic and with a 1-layer one."""
+    lines = ["| trainer | lr | learner steps in 10 min | completions/s | greedy held-out accuracy, "
+             "200 problems [95%] | gain (points) |", "|---|---|---|---|---|---|"]
+    full = _json(DATA / "vs_trl_plain" / "results.json")
+    one = _json(DATA / "vs_trl_plain" / "results-critic1L.json")
+    for name, run in (("TRL GRPOTrainer", full["trl"]), ("SAO, full-size critic", full["sao"]),
+                      ("SAO, 1-layer critic", one["sao"])):
+        ratio = run["completions_per_s"] / full["trl"]["completions_per_s"]
+        lines.append(f"| {name} | {_lr(run['lr'])} | {run['steps']} | "
+                     f"{run['completions_per_s']:.1f} ({ratio:.2f}x) | "
+                     f"{run['accuracy_before']:.3f} -> {_cell(run['accuracy_after'], 200)} "
+                     f"| {run['gain_points']:+.1f} |")
+    return "\n".join(lines)
+
+
 def vs_trl_keychain_wall() -> str:
     """Trajectories per second of both sides' training loops on KeyChain (vs_trl_heldout.py)."""
     lines = ["| seed | SAO | TRL | TRL / SAO | TRL tool calls an episode |",
@@ -685,6 +702,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "horizon_long": horizon_long,
     "horizon_short": horizon_short,
     "vs_trl_keychain_wall": vs_trl_keychain_wall,
+    "vs_trl_single_turn": vs_trl_single_turn,
     "hf_backend_batching": hf_backend_batching,
     "kv_reuse": kv_reuse,
     "inference_decode": inference_decode,
