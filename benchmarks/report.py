@@ -271,6 +271,27 @@ def _demo_runs(folder: str, after: str) -> str:
     return "\n".join(lines)
 
 
+def lora_vs_full() -> str:
+    """The demo's job with LoRA rank 8 against full fine-tuning (both benchmarks/demo.py
+    summaries: docs/data/demo_lora_r8 and docs/data/demo_seeds012), per seed."""
+    full = {r["seed"]: r for r in _json(DATA / "demo_seeds012" / "summary.json")["runs"]}
+    lora = {r["seed"]: r for r in _json(DATA / "demo_lora_r8" / "summary.json")["runs"]}
+    lines = ["| seed | start (full / LoRA) | full fine-tuning: gain [95%] | LoRA r8: gain [95%] "
+             "| LoRA - full | wall, full / LoRA |", "|---|---|---|---|---|---|"]
+    diffs = []
+    for seed in sorted(full.keys() & lora.keys()):
+        f, r = full[seed], lora[seed]
+        diffs.append(100 * (r["gain"] - f["gain"]))
+        cells = [f"{100 * x['gain']:+.1f} [{100 * x['gain_interval'][0]:+.1f}, "
+                 f"{100 * x['gain_interval'][1]:+.1f}]" for x in (f, r)]
+        lines.append(f"| {seed} | {f['start_success']:.3f} / {r['start_success']:.3f} | "
+                     f"{cells[0]} | {cells[1]} | {diffs[-1]:+.1f} | "
+                     f"{f['train_wall_s'] / 60:.1f} / {r['train_wall_s'] / 60:.1f} min |")
+    lines.append(f"| mean ± sd | | | | {statistics.mean(diffs):+.1f} ± "
+                 f"{statistics.stdev(diffs) if len(diffs) > 1 else 0.0:.1f} | |")
+    return "\n".join(lines)
+
+
 def harness_sdk_keychain() -> str:
     """The Agents SDK agent trained through the gateway (benchmarks/demo.py): per seed."""
     return _demo_runs("harness_sdk_keychain", "after 120 SAO steps")
@@ -703,6 +724,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "horizon_short": horizon_short,
     "vs_trl_keychain_wall": vs_trl_keychain_wall,
     "vs_trl_single_turn": vs_trl_single_turn,
+    "lora_vs_full": lora_vs_full,
     "hf_backend_batching": hf_backend_batching,
     "kv_reuse": kv_reuse,
     "inference_decode": inference_decode,
