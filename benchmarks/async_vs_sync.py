@@ -11,10 +11,10 @@ Run: .venv/bin/python benchmarks/async_vs_sync.py --repeats 3 \
 """
 
 import argparse
-import json
 
 from _record import write_record
 
+from sao_gym.cli.bench import print_async_vs_sync
 from sao_gym.runtime.bench import async_vs_sync
 
 
@@ -26,13 +26,7 @@ def main() -> None:
     p.add_argument("--json", help="also write the raw results here")
     args = p.parse_args()
     result = async_vs_sync(args.set, repeats=args.repeats)
-    for mode in ("async", "sync"):
-        runs = ", ".join(f"{x:.2f}" for x in result["runs"][mode])
-        print(f"{mode:>5}: {result[f'{mode}_trajectories_per_s']:.2f} trajectories/s "
-              f"(median of {runs})")
-    print(f"ratio: {result['ratio']:.2f}x async/sync, {result['trajectories']} trajectories each")
-    keys = ("async_trajectories_per_s", "sync_trajectories_per_s", "ratio")
-    print(json.dumps({k: round(result[k], 4) for k in keys}))
+    print_async_vs_sync(result)
     if args.json:
         write_record(args.json, {"overrides": args.set, "repeats": args.repeats, **result})
 

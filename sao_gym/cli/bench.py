@@ -17,6 +17,15 @@ def cmd_bench_async_vs_sync(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    print_async_vs_sync(result)
+    return 0
+
+
+def print_async_vs_sync(result: dict) -> None:
+    """Print :func:`~sao_gym.runtime.bench.async_vs_sync`'s result.
+
+    Each mode's runs and median, the ratio, and a JSON line of the three.
+    """
     for mode in ("async", "sync"):
         runs = ", ".join(f"{x:.2f}" for x in result["runs"][mode])
         print(f"{mode:>5}: {result[f'{mode}_trajectories_per_s']:.2f} trajectories/s "
@@ -24,7 +33,6 @@ def cmd_bench_async_vs_sync(args: argparse.Namespace) -> int:
     print(f"ratio: {result['ratio']:.2f}x async/sync, {result['trajectories']} trajectories each")
     keys = ("async_trajectories_per_s", "sync_trajectories_per_s", "ratio")
     print(json.dumps({k: round(result[k], 4) for k in keys}))
-    return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
