@@ -1,6 +1,7 @@
 """The generic CPU recipe on environments written outside the library, as a new user runs it.
 
-    python benchmarks/own_envs.py --out runs/own-envs [--envs warehouse signup] [--seeds 0 1 2]
+    python benchmarks/own_envs.py --out runs/own-envs [--envs warehouse signup cash_machine] \
+        [--seeds 0 1 2]
 
 Each env of ``docs/data/own_envs/`` (a module that registers ``own/<Name>-v0``
 with its oracle; none of them is in any recipe's tuning set), and docs/new_env.md's
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENVS = ROOT / "docs" / "data" / "own_envs"
 IDS = {"warehouse": (ENVS, "own/Warehouse-v0", []),
        "signup": (ENVS, "own/Signup-v0", []),
+       "cash_machine": (ENVS, "own/CashMachine-v0", []),
        "new_env": (ROOT / "examples", "examples/GuessNumber-v0", ["env_kwargs={high: 8}"])}
 """Module -> (its folder, the id it registers, the command's other settings). ``new_env`` is
 docs/new_env.md's own example, trained with the command that page shows."""
