@@ -303,13 +303,19 @@ def tiny_model(
     chat_template: str = CHATML_TOOLS_TEMPLATE,
     corpus: Sequence[str] = (),
     head_dim: int = 64,
+    tie_embeddings: bool = True,
 ) -> str:
     """Build a small random Qwen2-style causal LM with its tokenizer and save it.
 
     About 4.2M parameters at the defaults (``hidden_size / head_dim`` = 4 heads,
     half as many KV heads, MLP 4x hidden, tied embeddings, 4096 positions).
     More, narrower heads (``head_dim=32``) cost nothing in parameters and
-    help a small model learn to copy from its context sooner. The weights
+    help a small model learn to copy from its context sooner.
+    ``tie_embeddings=False`` gives the LM head weights of its own: tied, the
+    embeddings of words that fill the same slot (a plan's ``gold`` and
+    ``silver``) are pulled together by predicting that slot before the model
+    can copy, and can end too close (cosine 0.98) for it to copy one without
+    the other. The weights
     depend only on the arguments (``seed`` seeds a private RNG; the global
     torch RNG is left untouched), so two calls with the same arguments give
     identical checkpoints. The
@@ -346,7 +352,7 @@ def tiny_model(
         num_attention_heads=num_heads,
         num_key_value_heads=max(1, num_heads // 2),
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
+        tie_word_embeddings=tie_embeddings,
         bos_token_id=None,
         eos_token_id=eos_id,
         pad_token_id=pad_id,

@@ -117,6 +117,23 @@ def test_tiny_model_shape_and_configs(tiny_model_path, tok):
     assert len(tok) <= cfg.vocab_size == 1024
 
 
+def test_an_untied_tiny_model_has_a_head_of_its_own_and_survives_a_reload(tmp_path):
+    import torch
+
+    path = tiny_model(tmp_path / "u", seed=3, hidden_size=64, num_layers=1, head_dim=32,
+                      tie_embeddings=False)
+    model, _ = load_policy(path)
+    assert not model.config.tie_word_embeddings
+    head, embed = model.lm_head.weight, model.model.embed_tokens.weight
+    assert head.data_ptr() != embed.data_ptr() and not torch.equal(head, embed)
+    tied, _ = load_policy(tiny_model(tmp_path / "t", seed=3, hidden_size=64, num_layers=1,
+                                     head_dim=32))
+    extra = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in tied.parameters())
+    assert extra == head.numel() == 1024 * 64  # the head's own weights, nothing else
+    again, _ = load_policy(path)
+    assert torch.equal(again.lm_head.weight, head)  # saved and loaded as its own tensor
+
+
 def test_load_policy_dtype_and_errors(tiny_model_path, tmp_path):
     import torch
 

@@ -33,7 +33,8 @@ RUNTIMES = {"local": "sao_gym.runtime.place.local:local_trainer",
             "ray": "sao_gym.runtime.place.ray.build:ray_trainer"}
 """Where each ``runtime`` places the run's parts: ``module:function(parts, run_dir, *,
 policy_path, resume, sinks) -> Trainer`` (imported by the job when it runs)."""
-TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size")  # of tiny_model()
+TINY_OPTIONS = ("hidden_size", "num_layers", "head_dim", "vocab_size", "tie_embeddings")
+"""The keyword arguments of ``tiny_model()`` a config's ``model_options`` may set."""
 LOGGERS = ("jsonl", "tensorboard", "wandb")
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 
