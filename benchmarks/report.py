@@ -198,12 +198,15 @@ def curriculum_rl_32() -> str:
     return "\n".join(lines)
 
 
-def own_envs() -> str:
-    """The generic recipe on the own envs (benchmarks/own_envs.py): warm start, gain, wall time."""
+def own_envs(folder: str = "runs") -> str:
+    """The generic recipe on the own envs (benchmarks/own_envs.py): warm start, gain, wall time.
+
+    ``folder``: ``runs`` (today's recipe) or ``runs_tied`` (the recipe whose tiny model tied
+    its LM head to its embeddings)."""
     lines = ["| env | seed | warm start: steps, target reached, last check (sampled / greedy) "
              "| before [95%] | after [95%] | gain [95% interval] | wall |",
              "|---|---|---|---|---|---|---|"]
-    for kept in sorted((DATA / "own_envs" / "runs").glob("*/seed*")):
+    for kept in sorted((DATA / "own_envs" / folder).glob("*/seed*")):
         if not (kept / "wall.json").exists():
             continue
         warm, check = _json(kept / "warm_start.json"), _json(kept / "warm_start.json")["last_check"]
@@ -718,6 +721,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "vs_trl_keychain": vs_trl_keychain,
     "vs_trl_keychain_kinds": vs_trl_keychain_kinds,
     "own_envs": own_envs,
+    "own_envs_tied": lambda: own_envs("runs_tied"),
     "keychain_failures_32": keychain_failures_32,
     "curriculum_warm_starts": curriculum_warm_starts,
     "horizon_long": horizon_long,

@@ -269,12 +269,6 @@ class SFTSettings:
     """... and only once the sampled estimate is at least this (None: no floor)."""
     check_every: int = 10
     """Steps between held-out estimates."""
-    plateau_steps: int = 0
-    """Cut the learning rate by ``plateau_factor`` when the held-out estimate, once positive,
-    has not reached a new best for this many steps (:class:`~sao_gym.learner.sft.Plateau`;
-    0: never)."""
-    plateau_factor: float = 0.5
-    """What a cut multiplies the learning rate by, in (0, 1)."""
     log_every: int = 10
     """Steps between progress lines in the log (0: none)."""
     save_every_s: float = 600.0
@@ -295,8 +289,5 @@ class SFTSettings:
                              f"{self.target_metric!r}")
         if self.check_every < 1:
             raise ValueError(f"check_every must be >= 1, got {self.check_every}")
-        if self.plateau_steps < 0 or not 0 < self.plateau_factor < 1:
-            raise ValueError(f"need plateau_steps >= 0 and plateau_factor in (0, 1); got "
-                             f"{self.plateau_steps}, {self.plateau_factor}")
         if self.min_sampled is not None and not 0.0 <= self.min_sampled <= 1.0:
             raise ValueError(f"min_sampled must be in [0, 1], got {self.min_sampled}")

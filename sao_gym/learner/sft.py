@@ -19,7 +19,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,6 @@ class SFTStep:
     """:func:`holdout_success`'s sampled estimate after this step (on check steps)."""
     reached: bool = False
     """The early stop's condition held after this step: training ends here."""
-    lr_cut: bool = False
-    """The held-out estimate had stalled: the learning rate is cut from the next step on
-    (:class:`Plateau`)."""
 
 
 def _check_demonstrations(demonstrations: Sequence[Rollout]) -> list[Rollout]:
@@ -194,54 +191,13 @@ def sequence_success(
                            max_tokens_per_microbatch=max_tokens_per_microbatch)["sampled"]
 
 
-PLATEAU_FLOOR = 1 / 16
-"""The smallest share of the learning rate :class:`Plateau` cuts it down to."""
-
-
-@dataclass
-class Plateau:
-    """Cut the learning rate when the held-out estimate stalls (``SFTSettings.plateau_steps``).
-
-    Once the held-out estimate has been positive (the skill is there; before
-    that a run may wait long for it, and needs its full rate to get there), a
-    stretch of ``steps`` steps without a new best multiplies the rate by
-    ``factor``, down to :data:`PLATEAU_FLOOR`, and starts a new stretch. A
-    constant rate that learned the skill is often too coarse to make its last
-    tokens exact: the estimate then wanders below the target.
-
-    >>> p = Plateau(steps=20, factor=0.5)
-    >>> [p.observe(step, x) for step, x in ((10, 0.0), (30, 0.2), (40, 0.2), (50, 0.1))]
-    [False, False, False, True]
-    >>> p.scale, p.observe(60, 0.3), p.best
-    (0.5, False, 0.3)
-    """
-
-    steps: int
-    factor: float = 0.5
-    scale: float = 1.0
-    best: float = 0.0
-    since: int | None = None
-    """The step of the best estimate (or of the last cut); None until one is positive."""
-
-    def observe(self, step: int, estimate: float) -> bool:
-        """Count a held-out estimate after ``step``; True when it cut the rate."""
-        if estimate > self.best:
-            self.best, self.since = estimate, step
-            return False
-        if self.since is None or step - self.since < self.steps or self.scale <= PLATEAU_FLOOR:
-            return False
-        self.scale = max(PLATEAU_FLOOR, self.scale * self.factor)
-        self.since = step
-        return True
-
-
 SFT_STATE = "sft_state.pt"
 """The file of :func:`sft`'s training state in its ``state_dir``."""
 
 
 def _save_state(path: Path, run: dict[str, Any], engine: LocalEngine, step: int,
                 order: list[int], order_rng: random.Random, elapsed_s: float,
-                stopped: bool, plateau: Plateau | None) -> None:
+                stopped: bool) -> None:
     """Everything :func:`sft` needs to continue after ``step``, written atomically.
 
     ``stopped``: the early stop came at ``step``; nothing is left but saving.
@@ -250,18 +206,13 @@ def _save_state(path: Path, run: dict[str, Any], engine: LocalEngine, step: int,
     tmp = path.with_name(path.name + ".tmp")
     torch.save({"run": run, "step": step, "engine": engine.state_dict(), "order": list(order),
                 "order_rng": order_rng.getstate(), "torch_rng": torch.get_rng_state(),
-                "elapsed_s": elapsed_s, "stopped": stopped,
-                "plateau": None if plateau is None else asdict(plateau)}, tmp)
+                "elapsed_s": elapsed_s, "stopped": stopped}, tmp)
     tmp.replace(path)
 
 
 def _load_state(path: Path, run: dict[str, Any], engine: LocalEngine,
-                order_rng: random.Random, plateau: Plateau | None
-                ) -> tuple[int, float, list[int], bool]:
-    """Restore :func:`_save_state`'s state; ``(its step, elapsed seconds, data order, stopped)``.
-
-    ``plateau`` takes the saved one's state in place.
-    """
+                order_rng: random.Random) -> tuple[int, float, list[int], bool]:
+    """Restore :func:`_save_state`'s state; ``(its step, elapsed seconds, data order, stopped)``."""
     state = torch.load(path, map_location=engine.device, weights_only=False)
     if state["run"] != run:
         raise ValueError(f"{path} is the state of another fine-tuning run ({state['run']}, "
@@ -269,9 +220,6 @@ def _load_state(path: Path, run: dict[str, Any], engine: LocalEngine,
     engine.load_state_dict(state["engine"])
     order_rng.setstate(state["order_rng"])
     torch.set_rng_state(state["torch_rng"])
-    if plateau is not None and state.get("plateau"):
-        for name, value in state["plateau"].items():
-            setattr(plateau, name, value)
     return state["step"], state["elapsed_s"], list(state["order"]), state["stopped"]
 
 
@@ -293,8 +241,7 @@ def sft(
     and observation tokens are context only. Micro-batches of at most
     ``max_tokens_per_microbatch`` padded tokens accumulate gradients. The
     learning rate rises linearly over ``warmup_steps`` and then stays at
-    ``lr`` (or, with ``plateau_steps``, is cut when the held-out estimate
-    stalls: :class:`Plateau`); gradients are clipped to ``max_grad_norm``
+    ``lr``; gradients are clipped to ``max_grad_norm``
     (:class:`~sao_gym.learner.config.SFTSettings` has every field).
 
     Deterministic for a ``seed`` (data order and the torch RNG, which is
@@ -343,8 +290,6 @@ def sft(
     order: list[int] = []
     run = {"demonstrations": len(demos), "tokens": sum(len(d.token_ids) for d in demos),
            "seed": seed, "batch_size": batch_size, "lr": lr}
-    plateau = (Plateau(s.plateau_steps, s.plateau_factor)
-               if s.plateau_steps and target_success is not None else None)
     """What a saved state must match to be continued."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -355,7 +300,7 @@ def sft(
         done, elapsed, last = 0, 0.0, steps
         if state_dir is not None and (Path(state_dir) / SFT_STATE).exists():
             done, elapsed, order, stopped = _load_state(Path(state_dir) / SFT_STATE, run,
-                                                        engine, order_rng, plateau)
+                                                        engine, order_rng)
             last = done if stopped else steps
             logger.info("sft: resuming after step %d of %d from %s", done, steps, state_dir)
         start = time.perf_counter() - elapsed
@@ -368,8 +313,7 @@ def sft(
                     order = list(range(len(demos)))
                     order_rng.shuffle(order)
                 batch.append(demos[order.pop()])
-            step_lr = (lr * warmup_scale(step - 1, s.warmup_steps)
-                       * (plateau.scale if plateau is not None else 1.0))
+            step_lr = lr * warmup_scale(step - 1, s.warmup_steps)
             engine.set_lr(step_lr)
             mbs = micro_batches(batch, max_tokens_per_microbatch, pad_id)
             loss, accuracy = _batch_loss(engine, mbs, backward=True,
@@ -382,24 +326,18 @@ def sft(
                 held = estimates[s.target_metric]
             reached = held is not None and held >= target_success and (
                 s.min_sampled is None or estimates["sampled"] >= s.min_sampled)
-            cut = plateau is not None and held is not None and not reached and plateau.observe(
-                step, held)
             if state_dir is not None and (reached or time.monotonic() - saved >= s.save_every_s):
                 _save_state(Path(state_dir) / SFT_STATE, run, engine, step, order, order_rng,
-                            time.perf_counter() - start, reached, plateau)
+                            time.perf_counter() - start, reached)
                 saved = time.monotonic()
             record = SFTStep(step, loss, accuracy, norm, step_lr,
                              sum(mb.num_tokens for mb in mbs), time.perf_counter() - start, held,
-                             estimates.get("greedy"), estimates.get("sampled"), reached, cut)
+                             estimates.get("greedy"), estimates.get("sampled"), reached)
             if callback is not None:
                 callback(record)
             if s.log_every and (step % s.log_every == 0 or step == steps):
                 logger.info("sft step %d/%d: loss %.4f, token accuracy %.3f, grad norm %.2f "
                             "(%.1f s)", step, steps, loss, accuracy, norm, record.elapsed_s)
-            if cut:
-                logger.info("sft: held-out %s success has not beaten %.3f for %d steps: the "
-                            "learning rate is cut to %.3g of %.3g", s.target_metric,
-                            plateau.best, s.plateau_steps, plateau.scale, lr)
             if reached:
                 logger.info("sft: held-out %s success %.3f reached the target %.3f at step %d",
                             s.target_metric, held, target_success, step)
@@ -416,5 +354,5 @@ def sft(
     return str(out)
 
 
-__all__ = ["Plateau", "SFTSettings", "SFTStep", "demonstration_loss", "holdout_success",
+__all__ = ["SFTSettings", "SFTStep", "demonstration_loss", "holdout_success",
            "sequence_success", "sft"]

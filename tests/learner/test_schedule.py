@@ -154,16 +154,3 @@ def test_each_model_warms_up_from_its_own_first_update(tiny_model_path):
     grpo = build_learner("running_mean", tiny_model_path, LearnerConfig(
         lr=1e-3, lr_warmup_steps=4))
     assert grpo.update(rollouts)["learner/lr"] == pytest.approx(2.5e-4)
-
-
-def test_a_plateau_cuts_only_after_a_positive_estimate_and_stops_at_the_floor():
-    from sao_gym.learner.sft import PLATEAU_FLOOR, Plateau
-
-    p = Plateau(steps=10, factor=0.5)
-    # zeros for 100 steps: the skill is not there yet, the rate stays whole
-    assert not any(p.observe(step, 0.0) for step in range(10, 110, 10)) and p.scale == 1.0
-    assert not p.observe(110, 0.4)  # first positive: the stretch starts here
-    cuts = [step for step in range(120, 400, 10) if p.observe(step, 0.4)]  # ties are no gain
-    assert cuts == [120, 130, 140, 150]  # 1/2, 1/4, 1/8, 1/16: the floor
-    assert p.scale == PLATEAU_FLOOR == 1 / 16
-    assert not p.observe(400, 0.5) and p.best == 0.5 and p.since == 400

@@ -325,7 +325,7 @@ def sft_settings(config: TrainConfig) -> SFTSettings | None:
     return SFTSettings(steps=ws.steps, lr=ws.lr, batch_size=ws.batch_size, seed=config.seed,
                        warmup_steps=ws.steps // 20, label_smoothing=ws.label_smoothing or 0.0,
                        target_success=ws.target_success, target_metric=ws.target_metric,
-                       min_sampled=ws.min_sampled_success, plateau_steps=ws.plateau_steps)
+                       min_sampled=ws.min_sampled_success)
 
 
 def prepare_plan(config: TrainConfig) -> PreparePlan:

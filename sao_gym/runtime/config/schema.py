@@ -188,9 +188,6 @@ class WarmStartConfig:
     """... and only once the sampled estimate is at least this (None: no floor)."""
     holdout_episodes: int = 64
     """Held-out demonstrations (tasks not trained on) for the early stop."""
-    plateau_steps: int = 0
-    """Halve the learning rate when the held-out estimate, once positive, has not reached a
-    new best for this many steps (0: never; :class:`sao_gym.learner.sft.Plateau`)."""
     oracle: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of the environment's demonstration oracle."""
     demonstrations: str | None = None
@@ -207,7 +204,7 @@ class WarmStartConfig:
     (:meth:`sao_gym.agents.LLMAgent.as_template_writes`)."""
 
     def __post_init__(self) -> None:
-        _at_least(self, 0, "steps", "plateau_steps")
+        _at_least(self, 0, "steps")
         _at_least(self, 1, "episodes", "batch_size", "holdout_episodes")
         if not self.lr > 0:
             raise ConfigError(f"warm_start.lr must be > 0, got {self.lr}")

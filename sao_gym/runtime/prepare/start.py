@@ -254,7 +254,6 @@ def warm_start(settings: SFTSettings, base: str, run_dir: str | Path, stages: li
         reached = bool("last" in seen and seen["last"].reached)
         checked = seen.get("checked")
         done.append({"level": stage.level, "steps": last_step, "reached": reached,
-                     "lr_at_end": seen["last"].lr if "last" in seen else None,
                      "last_check": None if checked is None else {
                          "step": checked.step, "sampled": checked.holdout_sampled,
                          "greedy": checked.holdout_greedy}})
@@ -297,10 +296,6 @@ def _stage(settings: SFTSettings, base: str, out: Path, stage: Stage, state: Pat
                          f"{s.holdout_greedy:.3f} greedy")
             say(f"warm start{at} step {s.step}/{steps}: loss {s.loss:.3f}, "
                 f"token accuracy {s.token_accuracy:.3f}{held} ({s.elapsed_s:.0f} s)")
-        if s.lr_cut:
-            say(f"warm start{at} step {s.step}: held-out {settings.target_metric} success has "
-                f"not improved for {settings.plateau_steps} steps; the learning rate is cut to "
-                f"{s.lr * settings.plateau_factor:.3g} from the next step on")
         if s.reached:
             floor = ("" if settings.min_sampled is None
                      else f" and sampled success the floor {settings.min_sampled}")

@@ -102,50 +102,6 @@ def test_a_state_saved_at_the_early_stop_is_only_saved(small_model, demos, tmp_p
     assert resumed == [] and _same(_weights(out), straight)
 
 
-def _scripted(estimates: list[float]):
-    """A held-out check that returns ``estimates`` in turn (greedy and sampled alike)."""
-    it = iter(estimates)
-
-    def holdout_success(*args, **kwargs) -> dict[str, float]:
-        x = next(it)
-        return {"greedy": x, "sampled": x}
-    return holdout_success
-
-
-def test_a_stalled_holdout_check_cuts_the_rate_and_a_resume_keeps_the_cut(
-        small_model, demos, tmp_path, monkeypatch):
-    # checks at steps 2, 4, ..., 14: the best (0.3) comes at step 6; 4 steps later without a
-    # new best the rate halves (step 10), and again 4 steps after that cut (step 14)
-    checks = [0.0, 0.2, 0.3, 0.3, 0.25, 0.3, 0.1]
-    kw = {"steps": 14, "lr": 1e-3, "batch_size": 2, "seed": 1, "check_every": 2,
-          "target_success": 0.9, "target_metric": "greedy", "plateau_steps": 4,
-          "holdout": demos[:2]}
-    monkeypatch.setattr(sft_module, "holdout_success", _scripted(checks))
-    whole: list[SFTStep] = []
-    straight = _weights(run_sft(small_model, demos, out_dir=tmp_path / "a",
-                                callback=whole.append, **kw))
-    assert [s.step for s in whole if s.lr_cut] == [10, 14]
-    assert [s.lr for s in whole] == [1e-3] * 10 + [5e-4] * 4
-    # without plateau_steps nothing is cut
-    monkeypatch.setattr(sft_module, "holdout_success", _scripted(checks))
-    plain: list[SFTStep] = []
-    run_sft(small_model, demos, out_dir=tmp_path / "p", callback=plain.append,
-            **{**kw, "plateau_steps": 0})
-    assert {s.lr for s in plain} == {1e-3} and not any(s.lr_cut for s in plain)
-    # killed after step 11 (past the first cut), resumed: the cut and the weights are kept
-    monkeypatch.setattr(sft_module, "holdout_success", _scripted(checks))
-    with pytest.raises(Interrupted):
-        run_sft(small_model, demos, out_dir=tmp_path / "b", callback=_dying_at(11, []),
-                state_dir=tmp_path / "state", save_every_s=0, **kw)
-    monkeypatch.setattr(sft_module, "holdout_success", _scripted(checks[5:]))  # steps 12, 14
-    resumed: list[SFTStep] = []
-    out = run_sft(small_model, demos, out_dir=tmp_path / "b", callback=resumed.append,
-                  state_dir=tmp_path / "state", save_every_s=0, **kw)
-    assert [(s.step, s.lr, s.lr_cut) for s in resumed] == [
-        (12, 5e-4, False), (13, 5e-4, False), (14, 5e-4, True)]
-    assert _same(_weights(out), straight)
-
-
 def test_a_state_of_another_run_is_refused(small_model, demos, tmp_path):
     kw = {"steps": 4, "lr": 3e-3, "batch_size": 2}
     with pytest.raises(Interrupted):
@@ -234,15 +190,3 @@ def test_train_resume_without_a_warm_start_starts_from_the_templated_base(small_
     fresh = _prepare(config, tmp_path)
     begin = _resume(tmp_path, print)
     assert begin.policy == fresh == str(tmp_path / "model" / "templated")
-
-
-def test_the_cpu_recipe_cuts_the_warm_starts_rate_on_a_plateau():
-    from sao_gym.runtime.config.build import sft_settings
-    from sao_gym.runtime.config.loader import recipe_path
-    from sao_gym.runtime.config.schema import ConfigError
-
-    recipe = sft_settings(load_config(recipe_path("cpu"), ["env=sao_gym/KeyChain-v0"]))
-    assert recipe.plateau_steps == 150 and recipe.plateau_factor == 0.5
-    assert sft_settings(load_config(None, [f"env={ENV_ID}", "warm_start={}"])).plateau_steps == 0
-    with pytest.raises(ConfigError, match="plateau_steps"):
-        load_config(None, [f"env={ENV_ID}", "warm_start={plateau_steps: -1}"])
