@@ -10,7 +10,8 @@ oracle plays ``--episodes`` tasks from env seed ``--seed`` (by default
 demonstration is read teacher-forced, and its first action token that is not
 the checkpoint's argmax is the greedy failure. Printed, and with ``--json``
 written: the share of demonstrations greedy decoding reproduces, the failures
-counted by (wanted token, argmax token), and, for each confused pair, the
+counted by the call they are in (the turn's text up to its ``(``) and by
+(wanted token, argmax token), and, for each confused pair, the
 cosine of the two tokens' input embeddings and of their LM-head rows, against
 the mean over all pairs of wanted tokens.
 
@@ -48,6 +49,12 @@ def first_misses(model, demos) -> list[tuple[int, int, int] | None]:
     return out
 
 
+def _turn_head(tokenizer, demo, position: int) -> str:
+    """The text of ``position``'s turn before it, up to a call's ``(``: which call it was in."""
+    start = max((j for j in range(position) if not demo.loss_mask[j]), default=-1) + 1
+    return tokenizer.decode(demo.token_ids[start:position]).split("(")[0].strip()
+
+
 def _cosine(weight: torch.Tensor, a: int, b: int) -> float:
     return float(torch.nn.functional.cosine_similarity(weight[a], weight[b], dim=0))
 
@@ -65,6 +72,9 @@ def confusions(model, tokenizer, demos) -> dict:
         "episodes": len(demos),
         "greedy_reproduced": sum(m is None for m in misses) / len(demos),
         "tied": bool(model.config.tie_word_embeddings),
+        "by_call": dict(collections.Counter(
+            _turn_head(tokenizer, d, m[0]) for d, m in zip(demos, misses, strict=True) if m
+        ).most_common()),
         "confusions": [{"wanted": tokenizer.decode([w]), "argmax": tokenizer.decode([p]),
                         "count": n, "embedding_cosine": round(_cosine(embed, w, p), 4),
                         "head_cosine": round(_cosine(head, w, p), 4)}
@@ -109,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
               **confusions(model, tokenizer, demos)}
     print(f"{env}: greedy reproduces {report['greedy_reproduced']:.3f} of {len(demos)} "
           f"demonstrations ({'tied' if report['tied'] else 'untied'} head)")
-    for c in report["confusions"]:
+    print("  first misses, by the call they are in: " + ", ".join(
+        f"{name or '(start of turn)'} {n}" for name, n in report["by_call"].items()))
+    for c in report["confusions"][:12]:
         print(f"  {c['count']:4d} x {c['wanted']!r} -> {c['argmax']!r}: embedding cosine "
               f"{c['embedding_cosine']:.2f}, head {c['head_cosine']:.2f}")
     mean = report["mean_cosine_of_action_tokens"]
